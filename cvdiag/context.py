@@ -1,0 +1,45 @@
+"""The per-request context, carried in a ContextVar.
+
+A ContextVar is copied into every asyncio task a handler creates and into Starlette's threadpool,
+so scopes and outbound calls find their request without being handed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextvars import ContextVar, Token
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What every envelope of one request shares.
+
+    ``span_id`` is the span that envelopes emitted here hang under: the request's ingress span,
+    or the innermost agent / LLM scope.
+    """
+
+    test_id: str
+    trace_id: str
+    slug: str = "unknown"
+    demo: str = "default"
+    span_id: str | None = None
+
+    def child(self, span_id: str) -> RequestContext:
+        """The same request, with envelopes now hanging under ``span_id``."""
+        return dataclasses.replace(self, span_id=span_id)
+
+
+_CURRENT: ContextVar[RequestContext | None] = ContextVar("cvdiag_request_context", default=None)
+
+
+def current_context() -> RequestContext | None:
+    """The context of the request (or scope) this code runs in, if any."""
+    return _CURRENT.get()
+
+
+def set_context(context: RequestContext | None) -> Token[RequestContext | None]:
+    return _CURRENT.set(context)
+
+
+def reset_context(token: Token[RequestContext | None]) -> None:
+    _CURRENT.reset(token)

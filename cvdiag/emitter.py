@@ -1,0 +1,302 @@
+"""The gate and the single emit path.
+
+Every producer (middleware, scopes, the httpx transports, users) ends here. This is the only
+place that decides tiers, builds envelopes, applies caps and hands lines to sinks, and it never
+raises: a failure is counted and reported once on stderr.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from cvdiag import envelope as _envelope
+from cvdiag.context import _CURRENT, RequestContext
+from cvdiag.guard import failures, record_failure, say
+from cvdiag.ids import new_span_id, new_uuid7
+from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
+from cvdiag.settings import DEBUG_ENVIRONMENTS, Settings
+from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink
+
+
+class _Inherit:
+    """Marker: take the parent span from the context."""
+
+
+INHERIT: Final = _Inherit()
+_MAX_DURATION: Final = 2**53
+
+
+def _duration(value: float | int | None) -> int | None:
+    if value is None:
+        return None
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    return max(0, min(round(number), _MAX_DURATION))
+
+
+class Emitter:
+    """Turns boundaries into envelopes and hands them to sinks, under one ``Settings``."""
+
+    def __init__(self, settings: Settings | None = None, *, sinks: Sequence[Sink] | None = None):
+        self.settings = settings if settings is not None else Settings.from_env()
+        #: The one check a disabled emitter costs.
+        self.enabled = self.settings.enabled
+        self._owned: tuple[Sink, ...] = ()
+        if sinks is None:
+            stdout = StdoutSink(queue_size=self.settings.queue_size)
+            sinks = self._owned = (stdout,)
+        self.sinks: tuple[Sink, ...] = tuple(sinks)
+        for sink in self.sinks:
+            if isinstance(sink, QueuedLineSink) and sink.drop_report is None:
+                sink.drop_report = self._queue_dropped_line
+        self._set_tier(self.settings.tier)
+        self._debug_count = 0
+        self._debug_started: float | None = None
+        self._lock = threading.Lock()
+        self.emitted = 0
+        self.truncated = 0
+        self.metadata_dropped = 0
+        if self.enabled and self.settings.debug_refused:
+            allowed = ", ".join(sorted(DEBUG_ENVIRONMENTS))
+            say(
+                f"CVDIAG_DEBUG refused: environment label {self.settings.environment!r} is not one"
+                f" of {allowed}; running at tier {self.tier.label}"
+            )
+
+    @property
+    def tier(self) -> Tier:
+        return self._tier
+
+    def _set_tier(self, tier: Tier) -> None:
+        self._tier = tier
+        self._cap = BYTE_CAPS[tier]
+
+    def allows(self, boundary: str) -> bool:
+        """Whether ``boundary`` would be emitted now: lets producers skip building metadata."""
+        if not self.enabled:
+            return False
+        tier = BOUNDARY_TIER.get(boundary)
+        return tier is not None and tier <= self._tier
+
+    def emit(
+        self,
+        boundary: str,
+        *,
+        outcome: str = "info",
+        metadata: Mapping[str, Any] | None = None,
+        duration_ms: float | int | None = None,
+        context: RequestContext | None = None,
+        span_id: str | None = None,
+        parent_span_id: str | _Inherit | None = INHERIT,
+        edge_headers: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Emit one boundary. ``context`` defaults to the current request's."""
+        if not self.enabled:
+            return
+        try:
+            tier = BOUNDARY_TIER.get(boundary)
+            if tier is None:
+                record_failure("emit", f"unknown boundary {boundary[:64]!r} ignored")
+                return
+            if tier > self._tier:
+                return
+            if self._tier is Tier.DEBUG:
+                self._spend_debug_budget()
+            self._emit(
+                boundary,
+                outcome,
+                metadata,
+                duration_ms,
+                context,
+                span_id,
+                parent_span_id,
+                edge_headers,
+            )
+        except Exception as exc:
+            record_failure("emit", exc)
+
+    def _emit(
+        self,
+        boundary: str,
+        outcome: str,
+        metadata: Mapping[str, Any] | None,
+        duration_ms: float | int | None,
+        context: RequestContext | None,
+        span_id: str | None,
+        parent_span_id: str | _Inherit | None,
+        edge_headers: Mapping[str, str | None] | None,
+    ) -> None:
+        ctx = context if context is not None else _CURRENT.get()
+        if ctx is None:
+            ctx = RequestContext(test_id=new_uuid7(), trace_id=new_uuid7())
+        if outcome not in OUTCOMES:
+            record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
+            outcome = "info"
+        meta, dropped = _envelope.closed_metadata(boundary, metadata)
+        env = _envelope.build(
+            boundary,
+            outcome=outcome,
+            metadata=meta,
+            duration_ms=_duration(duration_ms),
+            test_id=ctx.test_id,
+            trace_id=ctx.trace_id,
+            span_id=span_id or new_span_id(),
+            parent_span_id=ctx.span_id if isinstance(parent_span_id, _Inherit) else parent_span_id,
+            slug=ctx.slug,
+            demo=ctx.demo,
+            edge_headers=_envelope.NULL_EDGE_HEADERS if edge_headers is None else edge_headers,
+        )
+        if dropped:
+            env["_metadata_dropped"] = True
+            self.metadata_dropped += 1
+        line, env = _envelope.serialize(env, self._cap)
+        if "_truncated" in env:
+            self.truncated += 1
+        self.emitted += 1
+        for sink in self.sinks:
+            try:
+                sink.write(env, line)
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def _spend_debug_budget(self) -> None:
+        """DEBUG is bounded: past its time or envelope budget, fall back for good, once."""
+        now = time.monotonic()
+        with self._lock:
+            if self._tier is not Tier.DEBUG:
+                return
+            if self._debug_started is None:
+                self._debug_started = now
+            self._debug_count += 1
+            elapsed = now - self._debug_started
+            if elapsed > self.settings.debug_max_seconds:
+                reason = "debug_time_bound"
+            elif self._debug_count > self.settings.debug_max_envelopes:
+                reason = "debug_envelope_bound"
+            else:
+                return
+            self._set_tier(self.settings.fallback_tier)
+        self._emit(
+            "cvdiag.purge_audit",
+            "info",
+            {
+                "reason": reason,
+                "from_tier": Tier.DEBUG.label,
+                "to_tier": self._tier.label,
+                "envelope_count": self._debug_count - 1,
+                "elapsed_ms": elapsed * 1000,
+            },
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+    def _queue_dropped_line(self, count: int) -> bytes | None:
+        """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""
+        ctx = RequestContext(test_id=new_uuid7(), trace_id=new_uuid7())
+        env = _envelope.build(
+            "cvdiag.queue_dropped",
+            outcome="info",
+            metadata={"dropped_count": count},
+            duration_ms=None,
+            test_id=ctx.test_id,
+            trace_id=ctx.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=None,
+            slug=ctx.slug,
+            demo=ctx.demo,
+            edge_headers=_envelope.NULL_EDGE_HEADERS,
+        )
+        return _envelope.serialize(env, self._cap)[0]
+
+    def flush(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for sink in self.sinks:
+            try:
+                sink.flush(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def close(self) -> None:
+        """Flush every sink; close the ones this emitter created (never the caller's)."""
+        self.flush()
+        for sink in self._owned:
+            try:
+                sink.close()
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def stats(self) -> dict[str, int]:
+        """Counts for dashboards and tests: emitted, truncated, dropped, failures by kind."""
+        dropped = sum(s.dropped for s in self.sinks if isinstance(s, QueuedLineSink))
+        return {
+            "emitted": self.emitted,
+            "truncated": self.truncated,
+            "metadata_dropped": self.metadata_dropped,
+            "queue_dropped": dropped,
+            **{f"failures.{kind}": n for kind, n in failures.items()},
+        }
+
+
+# --- the process-wide emitter ----------------------------------------------------------------
+
+_emitter: Emitter | None = None
+_configure_lock = threading.Lock()
+
+
+def get_emitter() -> Emitter:
+    """The process-wide emitter, resolved from the environment on first use."""
+    emitter = _emitter
+    if emitter is None:
+        with _configure_lock:
+            emitter = _emitter
+            if emitter is None:
+                emitter = _install(Emitter())
+    return emitter
+
+
+def _install(emitter: Emitter) -> Emitter:
+    global _emitter
+    _emitter = emitter
+    return emitter
+
+
+def configure(settings: Settings | None = None, *, sinks: Sequence[Sink] | None = None) -> Emitter:
+    """Replace the process-wide emitter (settings default to the environment's) and return it.
+
+    The previous emitter is flushed first, so nothing it queued is lost.
+    """
+    new = Emitter(settings, sinks=sinks)
+    with _configure_lock:
+        old = _emitter
+        _install(new)
+    if old is not None:
+        old.close()
+    return new
+
+
+def emit(
+    boundary: str,
+    *,
+    outcome: str = "info",
+    metadata: Mapping[str, Any] | None = None,
+    duration_ms: float | int | None = None,
+) -> None:
+    """Emit ``boundary`` in the current request's context through the process-wide emitter."""
+    emitter = _emitter or get_emitter()
+    if emitter.enabled:
+        emitter.emit(boundary, outcome=outcome, metadata=metadata, duration_ms=duration_ms)
+
+
+def flush(timeout: float = 5.0) -> None:
+    """Write out everything queued, waiting at most ``timeout`` seconds."""
+    emitter = _emitter
+    if emitter is not None:
+        emitter.flush(timeout)

@@ -1,0 +1,64 @@
+"""The metadata of ``backend.error.caught``: what failed and where, with secrets scrubbed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from typing import Any, Final
+
+from cvdiag.scrub import scrub
+
+MESSAGE_MAX_BYTES: Final = 512
+STACK_FRAMES: Final = 8
+
+
+def _roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get("purelib", ""), paths.get("platlib", ""), paths.get("stdlib", "")}
+    roots.add(os.getcwd())
+    # Longest first, so site-packages wins over a project root that contains the venv.
+    return tuple(sorted((r.rstrip(os.sep) + os.sep for r in roots if r), key=len, reverse=True))
+
+
+_ROOTS: Final = _roots()
+
+
+def relative_path(path: str) -> str:
+    """A frame's file relative to site-packages, the stdlib or the working directory."""
+    for root in _ROOTS:
+        if path.startswith(root):
+            return path[len(root) :]
+    return os.path.basename(path) if os.path.isabs(path) else path
+
+
+def _cap_utf8(text: str, limit: int) -> tuple[str, bool]:
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", "ignore"), True
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """``exception_type``, ``message_scrubbed`` (≤ 512 bytes), ``stack_brief``, ``truncated``."""
+    try:
+        message = scrub(exc)
+    except Exception:
+        message = f"<unprintable {type(exc).__name__}>"
+    message, truncated = _cap_utf8(message, MESSAGE_MAX_BYTES)
+    frames = traceback.extract_tb(exc.__traceback__)[-STACK_FRAMES:] if exc.__traceback__ else []
+    return {
+        "exception_type": type(exc).__qualname__,
+        "message_scrubbed": message,
+        "stack_brief": [
+            {"file": scrub(relative_path(f.filename)), "line": f.lineno or 0} for f in frames
+        ],
+        "truncated": truncated,
+    }
+
+
+def current_exception_class() -> str | None:
+    """The class name of the exception being handled, for ``error_class`` fields."""
+    exc = sys.exc_info()[1]
+    return type(exc).__qualname__ if exc is not None else None

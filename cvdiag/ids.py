@@ -1,0 +1,58 @@
+"""Identifiers: minted UUIDv7 test and trace ids, span ids, and adoption of inbound ids."""
+
+from __future__ import annotations
+
+import re
+from random import getrandbits
+from typing import Final
+
+import uuid6
+
+from cvdiag.scrub import scrub
+
+_UUID7: Final = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.IGNORECASE
+)
+_NOT_JOIN_KEY: Final = re.compile(r"[^a-z0-9._-]+")
+_NOT_SLUG: Final = re.compile(r"[^a-z0-9-]+")
+_SLUG: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
+TEST_ID_MAX: Final = 128
+#: Inbound values are cut to this before any work, so a 1 MB header costs no more than a short one.
+_INBOUND_MAX: Final = 1024
+
+
+def new_uuid7() -> str:
+    """A fresh, time-ordered UUIDv7 in its canonical lowercase form."""
+    return str(uuid6.uuid7())
+
+
+def new_span_id() -> str:
+    """16 lowercase hex digits, never all zero (OpenTelemetry treats zero as invalid)."""
+    return f"{getrandbits(64) or 1:016x}"
+
+
+def _text(raw: str | bytes | None) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        return raw[:_INBOUND_MAX].decode("latin-1")
+    return raw[:_INBOUND_MAX]
+
+
+def adopt_test_id(raw: str | bytes | None) -> str:
+    """Adopt an inbound test id: a UUIDv7 as-is (lowercased), else a sanitized join key.
+
+    The join key keeps harness ids such as ``d4-<slug>-<run>`` joinable; it is scrubbed first,
+    so a credential sent as a test id cannot reach an envelope. Nothing usable → a fresh UUIDv7.
+    """
+    text = _text(raw).strip()
+    if len(text) == 36 and _UUID7.fullmatch(text):
+        return text.lower()
+    key = _NOT_JOIN_KEY.sub("", scrub(text).lower())[:TEST_ID_MAX]
+    return key or new_uuid7()
+
+
+def sanitize_slug(raw: str | bytes | None) -> str | None:
+    """A slug matching ``^[a-z][a-z0-9-]{0,63}$``, or None when nothing usable is left."""
+    text = _NOT_SLUG.sub("-", _text(raw).strip().lower()).lstrip("-0123456789")[:64].rstrip("-")
+    return text if _SLUG.fullmatch(text) else None

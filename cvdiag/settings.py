@@ -1,0 +1,110 @@
+"""Configuration, resolved once.
+
+Reading ``os.environ`` on every emit is what made earlier emitters slow and hard to test, so
+settings are a frozen value built once (``Settings.from_env``) or given in code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Final
+
+from cvdiag.schema import Tier
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+#: Environment labels under which DEBUG may be granted; anything else (or none) refuses it.
+DEBUG_ENVIRONMENTS: Final = frozenset(
+    {"development", "dev", "test", "staging", "local", "ci", "preview"}
+)
+ENVIRONMENT_LABEL_VARS: Final = ("SHOWCASE_ENV", "RAILWAY_ENVIRONMENT_NAME", "PYTHON_ENV")
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() in _TRUE
+
+
+def _positive_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        value = float(environ.get(name, "").strip())
+    except ValueError:
+        return default
+    return value if value > 0 and value != float("inf") else default
+
+
+def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        value = int(environ.get(name, "").strip())
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def environment_label(environ: Mapping[str, str]) -> str | None:
+    """The first non-blank of SHOWCASE_ENV, RAILWAY_ENVIRONMENT_NAME, PYTHON_ENV, normalized."""
+    for name in ENVIRONMENT_LABEL_VARS:
+        value = environ.get(name, "").strip().lower()
+        if value:
+            return value
+    return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the emitter needs to know, fixed for its lifetime.
+
+    Settings built in code are trusted as given (``Settings(enabled=True, tier="debug")``);
+    the DEBUG guard applies to what comes from the environment, where a stray variable in
+    production must not turn on the verbose, larger envelopes.
+    """
+
+    enabled: bool = False
+    tier: Tier = Tier.DEFAULT
+    heartbeat_interval: float = 10.0
+    otel: bool = False
+    queue_size: int = 5000
+    debug_max_seconds: float = 600.0
+    debug_max_envelopes: int = 10_000
+    #: Set by ``from_env`` when CVDIAG_DEBUG was asked for and refused; reported once.
+    debug_refused: bool = False
+    environment: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tier, str) and not isinstance(self.tier, Tier):
+            object.__setattr__(self, "tier", Tier[self.tier.strip().upper()])
+        else:
+            object.__setattr__(self, "tier", Tier(self.tier))
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat_interval must be positive")
+        if self.queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+
+    @property
+    def fallback_tier(self) -> Tier:
+        """The tier DEBUG falls back to when its bounds are reached."""
+        return Tier.VERBOSE if self.tier >= Tier.VERBOSE else Tier.DEFAULT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Resolve settings from ``environ`` (default ``os.environ``); never raises."""
+        env = os.environ if environ is None else environ
+        label = environment_label(env)
+        verbose = _flag(env, "CVDIAG_VERBOSE")
+        debug_asked = _flag(env, "CVDIAG_DEBUG")
+        debug_allowed = label in DEBUG_ENVIRONMENTS
+        if debug_asked and debug_allowed:
+            tier = Tier.DEBUG
+        elif verbose:
+            tier = Tier.VERBOSE
+        else:
+            tier = Tier.DEFAULT
+        return cls(
+            enabled=_flag(env, "CVDIAG_BACKEND_EMITTER"),
+            tier=tier,
+            heartbeat_interval=_positive_float(env, "CVDIAG_HEARTBEAT_INTERVAL", 10.0),
+            otel=_flag(env, "CVDIAG_OTEL"),
+            queue_size=_positive_int(env, "CVDIAG_QUEUE_SIZE", 5000),
+            debug_refused=debug_asked and not debug_allowed,
+            environment=label,
+        )

@@ -1,0 +1,286 @@
+"""Where envelopes go: stdout (the default), a file, a logger, memory, or any callable.
+
+Stdout and file sinks never block the caller: lines go into a bounded queue that one writer
+thread drains. A slow or wedged pipe costs dropped (and counted) envelopes, never latency.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import IO, Any, Protocol, runtime_checkable
+
+from cvdiag.guard import record_failure
+
+PREFIX = b"CVDIAG "
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Receives every envelope that passed the gate: the dict and its serialized JSON."""
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None: ...
+
+    def flush(self, timeout: float = 5.0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Sink:
+    """Defaults for sinks that have nothing to flush or close."""
+
+    def flush(self, timeout: float = 5.0) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class QueuedLineSink(_Sink):
+    """``CVDIAG {json}`` lines through a bounded queue and one daemon writer thread.
+
+    When the queue is full the oldest line is dropped and counted; once the writer gets a line
+    through again it first writes one ``cvdiag.queue_dropped`` line with the count.
+    """
+
+    def __init__(self, *, queue_size: int = 5000) -> None:
+        self.queue_size = queue_size
+        self.dropped = 0
+        self.written = 0
+        self._unreported = 0
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = True
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._count_lock = threading.Lock()  # only the drop path takes it
+        self._closed = False
+        #: Builds the ``cvdiag.queue_dropped`` line; the emitter that owns the sink sets it.
+        self.drop_report: Callable[[int], bytes | None] | None = None
+
+    # -- the caller's side: O(1), never blocks ---------------------------------------------
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        if self._thread is None:
+            self._start()
+        queue = self._queue
+        if len(queue) >= self.queue_size:
+            try:
+                queue.popleft()
+            except IndexError:
+                pass
+            else:
+                self._count_drop(1)
+        queue.append(line)
+        if self._idle:
+            self._idle = False
+            self._wake.set()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything queued has been written, at most ``timeout`` seconds."""
+        if self._thread is None:
+            return
+        deadline = time.monotonic() + timeout
+        self._wake.set()
+        while (self._queue or self._busy) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.flush()
+        self._closed = True
+        self._wake.set()
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            thread = threading.Thread(target=self._run, name="cvdiag-writer", daemon=True)
+            thread.start()
+            self._thread = thread
+            _live_sinks.add(self)
+            _install_exit_hooks()
+
+    def _run(self) -> None:
+        queue = self._queue
+        while not self._closed:
+            self._idle = True
+            if not queue:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            self._idle = False
+            self._busy = True
+            try:
+                batch: list[bytes] = []
+                while queue and len(batch) < 512:
+                    batch.append(queue.popleft())
+                self._emit_batch(batch)
+            finally:
+                self._busy = False
+
+    def _emit_batch(self, batch: list[bytes]) -> None:
+        try:
+            self._write_bytes(b"".join(PREFIX + line + b"\n" for line in batch))
+        except Exception as exc:  # a broken pipe or closed file: the batch is lost, counted
+            self._count_drop(len(batch))
+            record_failure("sink", exc)
+            return
+        self.written += len(batch)
+        if self._unreported and self.drop_report is not None:
+            with self._count_lock:
+                count, self._unreported = self._unreported, 0
+            try:
+                report = self.drop_report(count)
+                if report is not None:
+                    self._write_bytes(PREFIX + report + b"\n")
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def _count_drop(self, count: int) -> None:
+        with self._count_lock:
+            self.dropped += count
+            self._unreported += count
+
+    def _write_bytes(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _reset_after_fork(self) -> None:
+        self._thread = None
+        self._start_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._idle = True
+        self._busy = False
+
+
+class StdoutSink(QueuedLineSink):
+    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works."""
+
+    def _write_bytes(self, data: bytes) -> None:
+        stream = sys.stdout
+        if stream is None:
+            raise OSError("sys.stdout is None")
+        stream.write(data.decode("utf-8", "replace"))
+        stream.flush()
+
+
+class FileSink(QueuedLineSink):
+    """Appends ``CVDIAG {json}`` lines to a file (created if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, queue_size: int = 5000) -> None:
+        super().__init__(queue_size=queue_size)
+        self.path = os.fspath(path)
+        self._file: IO[bytes] | None = None
+
+    def _write_bytes(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the sink's life
+        self._file.write(data)
+        self._file.flush()
+
+    def close(self) -> None:
+        super().close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class LoggingSink(_Sink):
+    """Hands each line to a stdlib logger (for logging / structlog pipelines).
+
+    The record's message is the ``CVDIAG {json}`` line; ``record.cvdiag`` holds the envelope.
+    """
+
+    def __init__(
+        self, logger: logging.Logger | str = "cvdiag", *, level: int = logging.INFO
+    ) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self.level = level
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        if self.logger.isEnabledFor(self.level):
+            self.logger.log(
+                self.level, "CVDIAG %s", line.decode("utf-8"), extra={"cvdiag": envelope}
+            )
+
+
+class MemorySink(_Sink):
+    """Keeps envelopes in memory, for tests. Bounded: the oldest go first past ``maxlen``."""
+
+    def __init__(self, *, maxlen: int | None = 100_000) -> None:
+        self.envelopes: collections.deque[Mapping[str, Any]] = collections.deque(maxlen=maxlen)
+        self.lines: collections.deque[bytes] = collections.deque(maxlen=maxlen)
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        self.envelopes.append(envelope)
+        self.lines.append(line)
+
+    def clear(self) -> None:
+        self.envelopes.clear()
+        self.lines.clear()
+
+
+class CallableSink(_Sink):
+    """Calls ``fn(envelope)`` for every envelope, in the emitting thread."""
+
+    def __init__(self, fn: Callable[[Mapping[str, Any]], object]) -> None:
+        self.fn = fn
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        self.fn(envelope)
+
+
+# --- process lifecycle: write out what is queued at exit and on SIGTERM ---------------------
+
+_live_sinks: weakref.WeakSet[QueuedLineSink] = weakref.WeakSet()
+_hooks_installed = False
+
+
+def flush_all(timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    for sink in list(_live_sinks):
+        sink.flush(max(0.0, deadline - time.monotonic()))
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    flush_all(timeout=5.0)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_exit_hooks() -> None:
+    """Flush at normal exit (uncaught exceptions included) and on an unhandled SIGTERM.
+
+    A SIGTERM handler is installed only where none is: servers such as uvicorn install their own
+    and exit normally, which runs the atexit flush.
+    """
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(flush_all)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter, or no signals here
+            pass
+
+
+def _after_fork_in_child() -> None:
+    for sink in list(_live_sinks):
+        sink._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
