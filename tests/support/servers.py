@@ -1,0 +1,77 @@
+"""Real servers on 127.0.0.1 for end-to-end tests: uvicorn (and hypercorn) in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve_uvicorn(app: Any, **config: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn on a free loopback port; yields the base URL."""
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    options.update(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, **options))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
+def serve_hypercorn(app: Any) -> Iterator[str]:
+    """Run ``app`` under hypercorn on a free loopback port; yields the base URL."""
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    port = free_port()
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.loglevel = "WARNING"
+    config.accesslog = None
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=run, name="hypercorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("hypercorn did not start") from None
+            time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
