@@ -105,8 +105,8 @@ class Emitter:
                 return
             if tier > self._tier:
                 return
-            if self._tier is Tier.DEBUG:
-                self._spend_debug_budget()
+            if self._tier is Tier.DEBUG and self._spend_debug_budget() and tier > self._tier:
+                return
             self._emit(
                 boundary,
                 outcome,
@@ -164,12 +164,15 @@ class Emitter:
             except Exception as exc:
                 record_failure("sink", exc)
 
-    def _spend_debug_budget(self) -> None:
-        """DEBUG is bounded: past its time or envelope budget, fall back for good, once."""
+    def _spend_debug_budget(self) -> bool:
+        """DEBUG is bounded: past its time or envelope budget, fall back for good, once.
+
+        Returns whether the tier changed, so the envelope at hand is gated again.
+        """
         now = time.monotonic()
         with self._lock:
             if self._tier is not Tier.DEBUG:
-                return
+                return True
             if self._debug_started is None:
                 self._debug_started = now
             self._debug_count += 1
@@ -179,8 +182,8 @@ class Emitter:
             elif self._debug_count > self.settings.debug_max_envelopes:
                 reason = "debug_envelope_bound"
             else:
-                return
-            self._set_tier(self.settings.fallback_tier)
+                return False
+            self._set_tier(self.settings.debug_fallback_tier)
         self._emit(
             "cvdiag.purge_audit",
             "info",
@@ -197,6 +200,7 @@ class Emitter:
             None,
             None,
         )
+        return True
 
     def _queue_dropped_line(self, count: int) -> bytes | None:
         """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""

@@ -19,41 +19,47 @@ _MARKER_ROOM: Final = 32  # "…[unscanned:N]" fits in this, so a scrubbed strin
 _CACHEABLE: Final = 64  # short strings (event types, names) repeat; their result is memoized
 
 _SENSITIVE_NAMES: Final = (
-    r"(?:[a-z0-9]{1,24}[_-])?"
-    r"(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
-    r"|auth|authorization|credentials?|session[_-]?id|cookie|client[_-]?secret|signature|sig)"
+    r"password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+    r"|auth|authorization|credentials?|session[_-]?id|cookie|signature|sig"
 )
 
-# Whole-match redactions: the credential itself, wherever it stands.
+# Whole-match redactions: the credential itself, wherever it stands. Prefixes distinctive enough
+# to be a credential even when glued to other text carry no word boundary.
 _TOKENS: Final = re.compile(
     "|".join(
         (
             r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----"
             r"[\s\S]*?(?:-----END[A-Z ]{0,40}PRIVATE KEY-----|\Z)",
-            r"\b(?:sk|pk|rk)[-_][A-Za-z0-9_\-]{6,}",
-            r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{12,}",
-            r"\b(?:gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{16,})",
-            r"\bgl(?:pat|dt|rt|ptt|soat|ft|imt|cbt|oas)-[A-Za-z0-9_\-]{12,}",
-            r"\bxox[abposre]-[A-Za-z0-9\-]{8,}",
-            r"\bxapp-[A-Za-z0-9\-]{8,}",
-            r"\bhf_[A-Za-z0-9]{16,}",
-            r"\bAIza[0-9A-Za-z_\-]{20,}",
-            r"\bya29\.[0-9A-Za-z_\-.]{8,}",
-            r"\bnpm_[A-Za-z0-9]{20,}",
-            r"\bpypi-[A-Za-z0-9_\-]{16,}",
-            r"\b(?:sq0atp|sq0csp)-[A-Za-z0-9_\-]{16,}",
+            r"sk-(?:proj|ant|admin|svcacct|or|live|test)-[A-Za-z0-9_\-]{4,}",
+            # Generic sk-/pk-/rk- keys: at a word start, or glued to text when they hold a digit
+            # (the lookahead is bounded, so it cannot rescan a long run).
+            r"(?<![A-Za-z0-9])(?:sk|pk|rk)[-_][A-Za-z0-9_\-]{6,}",
+            r"(?:sk|pk|rk)[-_](?=[A-Za-z_\-]{0,64}[0-9])[A-Za-z0-9_\-]{8,}",
+            r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{12,}",
+            r"gh[pousr]_[A-Za-z0-9_]{16,}|github_pat_[A-Za-z0-9_]{16,}",
+            r"gl(?:pat|dt|rt|ptt|soat|ft|imt|cbt|oas)-[A-Za-z0-9_\-]{12,}",
+            r"xox[abposre]-[A-Za-z0-9\-]{8,}",
+            r"xapp-[A-Za-z0-9\-]{8,}",
+            r"hf_[A-Za-z0-9]{16,}",
+            r"AIza[0-9A-Za-z_\-]{20,}",
+            r"ya29\.[0-9A-Za-z_\-.]{8,}",
+            r"npm_[A-Za-z0-9]{20,}",
+            r"pypi-[A-Za-z0-9_\-]{16,}",
+            r"(?:sq0atp|sq0csp)-[A-Za-z0-9_\-]{16,}",
             r"\bSG\.[A-Za-z0-9_\-]{16,}\.?[A-Za-z0-9_\-]*",
-            r"\bdop_v1_[a-f0-9]{16,}",
-            r"\bshp(?:at|ss|ca|pa)_[a-fA-F0-9]{16,}",
-            r"\beyJ[A-Za-z0-9_\-]{6,}(?:\.[A-Za-z0-9_\-+/=]*){0,2}",
+            r"dop_v1_[a-f0-9]{16,}",
+            r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{16,}",
+            r"eyJ[A-Za-z0-9_\-]{6,}(?:\.[A-Za-z0-9_\-+/=]*){0,2}",
         )
     )
 )
 # Redactions that keep their context: the scheme, the header word, the key name.
-_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!\[REDACTED\])[^\s\"'<>,;]+")
-_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,20}://)[^\s/?#@\"'<>]{1,512}@")
+_BEARER: Final = re.compile(r"(?i)(bearer|\bbasic)(\s+)(?!\[REDACTED\])[^\s\"'<>,;]+")
+_USERINFO: Final = re.compile(r"(?i)([a-z][a-z0-9+.\-]{0,20}://)[^\s/?#@\"'<>]{1,512}@")
+# A key naming a secret directly followed by ``=`` or ``:`` (quoted or not): the value goes.
+# ``max_tokens=5`` keeps its value: the separator must follow the name at once.
 _KEY_VALUE: Final = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(" + _SENSITIVE_NAMES + r")(\"?'?\s{0,4}[:=]\s{0,4})"
+    r"(?i)(" + _SENSITIVE_NAMES + r")(\"?'?\s{0,4}[:=]\s{0,4})"
     r"(?!\[REDACTED\])(?:\"[^\"\n]{0,1024}\"?|'[^'\n]{0,1024}'?|[^\s\"'&,;}<>]{1,1024})"
 )
 

@@ -41,6 +41,12 @@ def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
     return value if value > 0 else default
 
 
+def _tier(value: Tier | str | int) -> Tier:
+    if isinstance(value, str) and not isinstance(value, Tier):
+        return Tier[value.strip().upper()]
+    return Tier(value)
+
+
 def environment_label(environ: Mapping[str, str]) -> str | None:
     """The first non-blank of SHOWCASE_ENV, RAILWAY_ENVIRONMENT_NAME, PYTHON_ENV, normalized."""
     for name in ENVIRONMENT_LABEL_VARS:
@@ -66,24 +72,20 @@ class Settings:
     queue_size: int = 5000
     debug_max_seconds: float = 600.0
     debug_max_envelopes: int = 10_000
+    #: The tier DEBUG falls back to when its bounds are reached: the tier the environment would
+    #: have given without CVDIAG_DEBUG.
+    debug_fallback_tier: Tier = Tier.DEFAULT
     #: Set by ``from_env`` when CVDIAG_DEBUG was asked for and refused; reported once.
     debug_refused: bool = False
     environment: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.tier, str) and not isinstance(self.tier, Tier):
-            object.__setattr__(self, "tier", Tier[self.tier.strip().upper()])
-        else:
-            object.__setattr__(self, "tier", Tier(self.tier))
+        object.__setattr__(self, "tier", _tier(self.tier))
+        object.__setattr__(self, "debug_fallback_tier", _tier(self.debug_fallback_tier))
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
-
-    @property
-    def fallback_tier(self) -> Tier:
-        """The tier DEBUG falls back to when its bounds are reached."""
-        return Tier.VERBOSE if self.tier >= Tier.VERBOSE else Tier.DEFAULT
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -105,6 +107,7 @@ class Settings:
             heartbeat_interval=_positive_float(env, "CVDIAG_HEARTBEAT_INTERVAL", 10.0),
             otel=_flag(env, "CVDIAG_OTEL"),
             queue_size=_positive_int(env, "CVDIAG_QUEUE_SIZE", 5000),
+            debug_fallback_tier=Tier.VERBOSE if verbose else Tier.DEFAULT,
             debug_refused=debug_asked and not debug_allowed,
             environment=label,
         )

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import re
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+
+UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+JOIN_KEY = re.compile(r"^[a-z0-9._-]{1,128}$")
+SLUG = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
+
+
+def test_minted_ids_are_time_ordered_uuid7() -> None:
+    ids = [new_uuid7() for _ in range(100)]
+    assert all(UUID7.match(i) for i in ids)
+    assert len(set(ids)) == 100
+    assert uuid.UUID(ids[0]).version == 7
+
+
+def test_span_ids() -> None:
+    spans = {new_span_id() for _ in range(1000)}
+    assert len(spans) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{16}", s) and s != "0" * 16 for s in spans)
+
+
+def test_uuid7_adopted_as_is_lowercased() -> None:
+    raw = "01A20162-2DC3-73C2-BD91-A4BC72607C4D"
+    assert adopt_test_id(f"  {raw} ") == raw.lower()
+
+
+def test_harness_ids_become_join_keys() -> None:
+    assert adopt_test_id("d4-Agentic-Chat-run7") == "d4-agentic-chat-run7"
+    assert adopt_test_id(b"abc/def ghi\x00jkl") == "abcdefghijkl"
+    assert adopt_test_id("x" * 1000) == "x" * 128
+
+
+def test_nothing_usable_mints() -> None:
+    for raw in (None, "", "   ", "!!!", "\u00e9\u00e8", b"\xff\xfe"):
+        assert UUID7.match(adopt_test_id(raw))
+
+
+def test_a_credential_sent_as_test_id_is_scrubbed() -> None:
+    adopted = adopt_test_id("sk-test-12345")
+    assert "sk-test-12345" not in adopted
+    assert adopted == "redacted"
+
+
+@given(st.one_of(st.none(), st.text(max_size=300), st.binary(max_size=300)))
+def test_adoption_always_yields_a_join_key(raw: str | bytes | None) -> None:
+    adopted = adopt_test_id(raw)
+    assert JOIN_KEY.match(adopted)
+
+
+@given(st.uuids(version=4).map(str))
+def test_uuid4_is_not_taken_as_uuid7_but_still_joins(raw: str) -> None:
+    assert adopt_test_id(raw) == raw  # hex and dashes survive sanitizing unchanged
+
+
+def test_slugs() -> None:
+    assert sanitize_slug("Agentic Chat") == "agentic-chat"
+    assert sanitize_slug("  langgraph-python ") == "langgraph-python"
+    assert sanitize_slug("123abc") == "abc"
+    assert sanitize_slug("") is None
+    assert sanitize_slug("---") is None
+    assert sanitize_slug(None) is None
+
+
+@given(st.one_of(st.text(max_size=200), st.binary(max_size=200)))
+def test_slug_is_valid_or_none(raw: str | bytes) -> None:
+    slug = sanitize_slug(raw)
+    assert slug is None or SLUG.match(slug)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import cvdiag
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_runtime_dependencies_are_exactly_the_four() -> None:
+    requires = metadata.requires("cvdiag") or []
+    runtime = sorted(
+        re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in requires if "extra ==" not in r
+    )
+    assert runtime == ["opentelemetry-api", "orjson", "starlette", "uuid6"]
+
+
+def test_typed_and_schema_are_packaged() -> None:
+    package = Path(cvdiag.__file__).parent
+    assert (package / "py.typed").exists()
+    assert (package / "schema.json").exists()
+
+
+def test_public_api_names() -> None:
+    for name in ("Settings", "configure", "emit", "flush", "current_context", "scrub"):
+        assert name in cvdiag.__all__
+        assert hasattr(cvdiag, name)
+
+
+def test_readme_quickstart_has_exactly_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Quickstart\s*^```[a-z]*\n(.*?)^```", text, re.M | re.S)
+    assert block is not None
+    commands = [line for line in block.group(1).splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert commands[0].endswith("cvdiag demo")
+    assert "pytest" in commands[1]
+
+
+def test_the_console_script_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    assert "usage" in result.stdout.lower()

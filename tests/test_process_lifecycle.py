@@ -1,0 +1,79 @@
+"""Real processes: a stdout pipe nobody reads, and SIGTERM with envelopes still queued."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import orjson
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HOST = textwrap.dedent(
+    """
+    import sys, time
+    from cvdiag import Settings, configure, emit
+
+    configure(Settings(enabled=True, queue_size={queue}))
+    sys.stderr.write("ready\\n"); sys.stderr.flush()
+    for i in range({count}):
+        emit("backend.error.caught", metadata={{"message_scrubbed": "x" * 200 + str(i)}})
+    # The host keeps serving: every emit above returned although stdout is not being read.
+    sys.stderr.write("served\\n"); sys.stderr.flush()
+    {tail}
+    """
+)
+
+
+def spawn(count: int, queue: int, tail: str) -> subprocess.Popen[bytes]:
+    code = HOST.format(count=count, queue=queue, tail=tail)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+
+
+def envelopes(raw: bytes) -> list[dict[str, object]]:
+    return [orjson.loads(line[7:]) for line in raw.splitlines() if line.startswith(b"CVDIAG {")]
+
+
+def test_unread_pipe_never_blocks_the_host_and_drops_are_accounted() -> None:
+    # 64 KiB of pipe buffer holds ~130 of these lines; the queue holds 100 more; the rest drop.
+    proc = spawn(count=5000, queue=100, tail="time.sleep(30)")
+    assert proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr.readline() == b"ready\n"
+    assert proc.stderr.readline() == b"served\n"  # printed while stdout is still unread
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # flushes what is queued, then ends the process
+    out, _ = proc.communicate(timeout=30)
+    envs = envelopes(out)
+    reports = [e for e in envs if e["boundary"] == "cvdiag.queue_dropped"]
+    written = [e for e in envs if e["boundary"] == "backend.error.caught"]
+    dropped = sum(int(r["metadata"]["dropped_count"]) for r in reports)  # type: ignore[index,call-overload]
+    assert reports, "the drop must be reported once the pipe drains"
+    assert dropped > 0
+    assert len(written) + dropped == 5000
+
+
+def test_sigterm_writes_everything_queued() -> None:
+    proc = spawn(count=3000, queue=5000, tail="time.sleep(30)")
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == b"ready\n"
+    assert proc.stderr.readline() == b"served\n"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    written = [e for e in envelopes(out) if e["boundary"] == "backend.error.caught"]
+    assert len(written) == 3000
+    assert proc.returncode == -signal.SIGTERM  # the default disposition still ends it
+
+
+def test_uncaught_exception_still_flushes() -> None:
+    proc = spawn(count=2000, queue=5000, tail="raise RuntimeError('host bug')")
+    out, err = proc.communicate(timeout=30)
+    assert len(envelopes(out)) == 2000
+    assert proc.returncode == 1
+    assert b"RuntimeError: host bug" in err

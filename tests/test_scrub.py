@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cvdiag import scrub
+from cvdiag.scrub import REDACTED, SCAN_LIMIT
+from tests.conftest import REFERENCE
+
+
+def reference_shapes(reference_dir: Path = REFERENCE) -> list[str]:
+    text = (reference_dir / "secret-shapes.txt").read_text()
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# More shapes than the reference sample, one per provider family the scrubber names.
+EXTRA_SHAPES = [
+    "sk-ant-admin01-AbCdEfGhIjKlMnOpQrSt",
+    "rk_live_51HgB2cJ3kLmNoPqRsTuVwXy",
+    "gho_16C7e42F292c6912E7710c838347Ae178B4a",
+    "ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+    "xoxb-123456789012-123456789012-AbCdEf",
+    "xapp-1-A0123456789-0123456789012-abcdef",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "ya29.a0AfH6SMBx-example-google-oauth",
+    "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+    "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoaWprbG1ub3A",
+    "glptt-0123456789abcdef0123",
+    "Basic dXNlcjpodW50ZXIy",
+    "token=abc123def456",
+    "client_secret=Zm9vYmFy123",
+    "postgres://admin:s3cr3t@db:5432/app",
+]
+FRAGMENTS = {  # what must be gone from each extra shape (the secret part, not the label)
+    "Basic dXNlcjpodW50ZXIy": "dXNlcjpodW50ZXIy",
+    "token=abc123def456": "abc123def456",
+    "client_secret=Zm9vYmFy123": "Zm9vYmFy123",
+    "postgres://admin:s3cr3t@db:5432/app": "s3cr3t",
+}
+
+WRAPPERS = ["{}", "x {} y", "error: {}.", '{{"k": "{}"}}', "({})", "'{}'", "<{}>", "{}\n\n"]
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_every_reference_shape_is_redacted(reference_dir: Path, wrapper: str) -> None:
+    for shape in reference_shapes(reference_dir):
+        out = scrub(wrapper.format(shape))
+        assert shape not in out, (shape, out)
+        assert REDACTED in out
+
+
+@pytest.mark.parametrize("shape", EXTRA_SHAPES)
+def test_extra_shapes(shape: str) -> None:
+    out = scrub(f"failed with {shape} while calling")
+    assert FRAGMENTS.get(shape, shape) not in out
+    assert out.startswith("failed with ")
+    assert out.endswith(" while calling")
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(reference_shapes()), st.text(max_size=80), st.text(max_size=80))
+def test_shapes_inside_random_text(shape: str, before: str, after: str) -> None:
+    assert shape not in scrub(f"{before} {shape} {after}")
+    assert shape not in scrub(f"{before}{shape}{after}")
+
+
+@given(st.text(max_size=400))
+def test_idempotent(text: str) -> None:
+    once = scrub(text)
+    assert scrub(once) == once
+
+
+@given(st.text(max_size=300), st.text(max_size=300), st.integers(0, 3000))
+@settings(max_examples=30)
+def test_idempotent_past_the_scan_limit(head: str, tail: str, pad: int) -> None:
+    once = scrub(head + "ab " * (SCAN_LIMIT // 3 + pad) + tail)
+    assert scrub(once) == once
+
+
+@given(st.text(max_size=2000))
+def test_bounded(text: str) -> None:
+    assert len(scrub(text)) <= SCAN_LIMIT
+
+
+def test_huge_input_is_cut_and_marked() -> None:
+    text = "word " * 1_000_000
+    out = scrub(text)
+    assert len(out) <= SCAN_LIMIT
+    assert "…[unscanned:" in out
+
+
+def test_a_secret_cut_at_the_scan_limit_leaves_no_fragment() -> None:
+    secret = "sk-proj-" + "A" * 64
+    text = "x" * (SCAN_LIMIT - 40) + " " + secret + " tail" * 10
+    out = scrub(text)
+    assert "sk-proj" not in out
+    assert "AAAAAAAA" not in out
+
+
+def test_keeps_ordinary_text() -> None:
+    text = (
+        "max_tokens=100 prompt_token_count_estimate=5; the token count is 5; /api/chat?x=1; "
+        "author=Bob design=flat /tasks/task-runner desk-lamp basically"
+    )
+    assert scrub(text) == text
+
+
+def test_key_value_pairs_keep_their_keys() -> None:
+    assert scrub('{"password": "correct horse", "user": "bob"}') == (
+        '{"password": [REDACTED], "user": "bob"}'
+    )
+    assert scrub("https://x.example/cb?api_key=abc&x=1") == (
+        "https://x.example/cb?api_key=[REDACTED]&x=1"
+    )
+
+
+def test_non_strings() -> None:
+    assert scrub(b"Bearer abc.def\xff") == "Bearer [REDACTED]"
+    assert scrub(12) == "12"
+
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert scrub(Hostile()) == "<unrepresentable Hostile>"
+
+
+ADVERSARIAL = [
+    "eyJ" * 3_400_000,
+    "a" * 10_000_000,
+    "sk-" * 3_400_000,
+    "https://" * 1_250_000,
+    "password=" * 1_100_000,
+    "-----BEGIN PRIVATE KEY-----" * 370_000,
+    "Bearer " * 1_400_000,
+    "a:" * 5_000_000,
+]
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda t: repr(t[:12]))
+def test_adversarial_inputs_are_bounded(text: str) -> None:
+    # Its cost is measured in benchmarks/scrub.py; here: it ends (pytest-timeout), bounded.
+    out = scrub(text)
+    assert len(out) <= SCAN_LIMIT
+    assert out.endswith("]")  # the unscanned marker

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cvdiag import FileSink, Settings, StdoutSink
+from cvdiag.emitter import Emitter
+from tests.schema_check import assert_valid
+
+
+class GatedStream(io.StringIO):
+    """A stdout whose writes block until the gate opens: a pipe nobody reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def write(self, s: str) -> int:
+        self.gate.wait()
+        return super().write(s)
+
+
+def lines_of(text: str) -> list[dict[str, object]]:
+    return [orjson.loads(line[len("CVDIAG ") :]) for line in text.splitlines()]
+
+
+def test_stdout_sink_writes_whole_lines_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stream)
+    em = Emitter(Settings(enabled=True), sinks=[StdoutSink()])
+    for i in range(300):
+        em.emit("backend.error.caught", metadata={"message_scrubbed": str(i)})
+    em.flush()
+    envs = lines_of(stream.getvalue())
+    assert [e["metadata"]["message_scrubbed"] for e in envs] == [str(i) for i in range(300)]
+
+
+def test_wedged_stdout_drops_oldest_and_accounts(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = GatedStream()
+    monkeypatch.setattr(sys, "stdout", stream)
+    sink = StdoutSink(queue_size=100)
+    em = Emitter(Settings(enabled=True, queue_size=100), sinks=[sink])
+    for i in range(1000):  # returns at once although nothing can be written
+        em.emit("backend.error.caught", metadata={"message_scrubbed": str(i)})
+    stream.gate.set()
+    em.flush()
+    em.flush()
+    envs = lines_of(stream.getvalue())
+    reports = [e for e in envs if e["boundary"] == "cvdiag.queue_dropped"]
+    assert len(reports) == 1
+    assert_valid(reports[0])
+    written = [e for e in envs if e["boundary"] == "backend.error.caught"]
+    assert reports[0]["metadata"]["dropped_count"] == sink.dropped
+    assert len(written) + sink.dropped == 1000
+    assert written[-1]["metadata"]["message_scrubbed"] == "999"  # the newest survive
+
+
+def test_broken_stdout_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    stream.close()
+    monkeypatch.setattr(sys, "stdout", stream)
+    sink = StdoutSink()
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    em.emit("backend.error.caught")
+    em.flush()
+    assert sink.dropped == 1
+    assert sink.written == 0
+
+
+def test_file_sink_appends(tmp_path: Path) -> None:
+    path = tmp_path / "cvdiag.log"
+    path.write_text("host line\n")
+    sink = FileSink(path)
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    em.emit("backend.agent.enter", metadata={"agent_name": "a"})
+    em.emit("backend.agent.exit", metadata={"terminal_outcome": "ok"})
+    sink.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == "host line"
+    assert [orjson.loads(x[7:])["boundary"] for x in lines[1:]] == [
+        "backend.agent.enter",
+        "backend.agent.exit",
+    ]
