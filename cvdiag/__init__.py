@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cvdiag.context import RequestContext, current_context
 from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
+from cvdiag.middleware import CvdiagMiddleware
 from cvdiag.schema import Tier
 from cvdiag.scrub import scrub
 from cvdiag.settings import Settings
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CallableSink",
+    "CvdiagMiddleware",
     "Emitter",
     "FileSink",
     "LoggingSink",

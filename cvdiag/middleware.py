@@ -1,0 +1,663 @@
+"""``CvdiagMiddleware``: pure ASGI; tells each HTTP request's and WebSocket's story.
+
+The middleware class is thin: it decides once per request whether cvdiag is on, builds a
+per-request exchange object holding all the state, sets the request context and runs the app
+with the exchange's wrapped ``receive`` and ``send``. Everything cvdiag does inside a request
+runs under one guard: a failure there is counted (``record_failure("middleware", …)``), the
+exchange goes quiet, and the request proceeds as if cvdiag were absent. The app's own exceptions
+pass through unchanged.
+
+See docs/streaming.md for every boundary emitted, when, and the ``termination_kind`` values.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect
+
+from cvdiag import emitter as _emitters
+from cvdiag.context import RequestContext, reset_context, set_context
+from cvdiag.emitter import Emitter, get_emitter
+from cvdiag.errors import describe_exception
+from cvdiag.guard import record_failure, say
+from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
+from cvdiag.scrub import scrub
+from cvdiag.settings import Settings
+from cvdiag.sse import SSECounter, SSEParser, json_type
+
+__all__ = ["CvdiagMiddleware"]
+
+_EDGE: Final = {key.encode("latin-1"): key for key in EDGE_HEADER_KEYS}
+#: Raw bytes of an edge header read before scrubbing; a 1 MB value costs no more than this.
+_EDGE_RAW_MAX: Final = EDGE_VALUE_MAX * 4
+_PATH_MAX: Final = 2048
+#: Demo names of recent short paths: the same few routes are requested over and over.
+_DEMOS: dict[str, str] = {}
+_DEMO_CACHE_SIZE: Final = 1024
+_DEMO_CACHE_PATH: Final = 128
+_CONTENT_LENGTH: Final = b"content-length"
+_CONTENT_TYPE: Final = b"content-type"
+_SSE_TYPE: Final = b"text/event-stream"
+#: Below the debug tier, SSE chunks up to this size are held by reference, this many at most,
+#: and counted in one pass: at most 64 KiB held per request.
+_HOLD_CHUNK: Final = 2048
+_HOLD_CHUNKS: Final = 32
+#: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
+#: closed without a code (1005), which uvicorn also reports for a dropped connection.
+_WS_NO_STATUS: Final = frozenset({1005, 1006})
+_WS_NORMAL_CLOSE: Final = 1000
+_BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
+
+
+def new_trace_id(scope: Scope) -> str:
+    """The request's trace id. The OpenTelemetry bridge replaces this with the OTel trace id."""
+    return new_uuid7()
+
+
+def _ms_since(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+def _text(raw: bytes | str, limit: int) -> str:
+    """A header value as text: latin-1 (never fails), cut to ``limit`` before any other work."""
+    if isinstance(raw, str):
+        return raw[:limit]
+    return raw[:limit].decode("latin-1")
+
+
+def _edge_value(raw: bytes | str) -> str:
+    return scrub(_text(raw, _EDGE_RAW_MAX))[:EDGE_VALUE_MAX]
+
+
+def _content_length(raw: bytes | str | None) -> int | None:
+    if raw is None:
+        return None
+    text = _text(raw, 32).strip()
+    return int(text) if text.isdigit() and text.isascii() and len(text) <= 19 else None
+
+
+def _demo(path: str) -> str:
+    """The first path segment ("default" for "/"), scrubbed and bounded like any field."""
+    demo = _DEMOS.get(path)
+    if demo is None:
+        segment = path.lstrip("/").partition("/")[0][: DEMO_MAX * 2]
+        demo = scrub(segment)[:DEMO_MAX] if segment else "default"
+        if len(path) <= _DEMO_CACHE_PATH:
+            if len(_DEMOS) >= _DEMO_CACHE_SIZE:
+                _DEMOS.clear()
+            _DEMOS[path] = demo
+    return demo
+
+
+def _classify(exc: BaseException | None, send_error: BaseException | None) -> str | None:
+    """How the app ended: None (returned), "disconnect", "cancel" or "error".
+
+    A client going away is never an application error: Starlette's ``ClientDisconnect`` and
+    ``WebSocketDisconnect``, or the very exception our wrapped ``send`` saw, are "disconnect".
+    Cancellation and other non-``Exception`` exits (KeyboardInterrupt, SystemExit) are "cancel".
+    """
+    if exc is None:
+        return None
+    if exc is send_error or isinstance(exc, (ClientDisconnect, WebSocketDisconnect)):
+        return "disconnect"
+    if _BaseExceptionGroup is not None and isinstance(exc, _BaseExceptionGroup):
+        kinds = {_classify(inner, send_error) for inner in exc.exceptions}
+        for kind in ("error", "disconnect", "cancel"):
+            if kind in kinds:
+                return kind
+    return "error" if isinstance(exc, Exception) else "cancel"
+
+
+class _Exchange:
+    """State and boundaries shared by HTTP and WebSocket exchanges."""
+
+    __slots__ = (
+        "_receive",
+        "_send",
+        "active",
+        "allow_events",
+        "allow_first_byte",
+        "bytes_sent",
+        "ctx",
+        "disconnected",
+        "emitter",
+        "event_count",
+        "first_byte_seen",
+        "response_edge",
+        "send_error",
+        "start",
+        "started",
+        "status",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        ctx: RequestContext,
+        receive: Receive,
+        send: Send,
+        start: float,
+        allow_first_byte: bool,
+        allow_events: bool,
+    ) -> None:
+        self.emitter = emitter
+        self.ctx = ctx
+        self._receive = receive
+        self._send = send
+        self.start = start
+        # Decided once per request: skip building what the tier would drop.
+        self.allow_first_byte = allow_first_byte
+        self.allow_events = allow_events
+        #: False once cvdiag itself failed in this request: from then on it only passes through.
+        self.active = True
+        self.started = False  # the response (or WebSocket accept / denial) has started
+        self.status = 0
+        self.response_edge: dict[str, str | None] | None = None
+        self.bytes_sent = 0
+        self.event_count = 0
+        self.first_byte_seen = False
+        self.disconnected = False  # the client's disconnect was seen on receive
+        self.send_error: BaseException | None = None  # what the server's send raised
+        self.terminal = False  # the one terminal boundary has been emitted
+
+    # -- boundaries ------------------------------------------------------------------------
+
+    def _emit(self, boundary: str, outcome: str, metadata: Mapping[str, Any]) -> None:
+        self.emitter.emit(boundary, outcome=outcome, metadata=metadata, context=self.ctx)
+
+    def first_byte(self) -> None:
+        self.first_byte_seen = True
+        if self.allow_first_byte:
+            self._emit(
+                "backend.sse.first_byte", "info", {"delta_ms_from_ingress": _ms_since(self.start)}
+            )
+
+    def event(self, event_type: str, size: int) -> None:
+        self._emit(
+            "backend.sse.event",
+            "info",
+            {
+                "event_type": event_type,
+                "payload_size_bytes": size,
+                "sequence_num": self.event_count,
+            },
+        )
+
+    def complete(self) -> None:
+        if self.terminal:
+            return
+        self.terminal = True
+        total = _ms_since(self.start)
+        status = self.status
+        self.emitter.emit(
+            "backend.response.complete",
+            outcome="ok" if 100 <= status < 400 else "err",
+            metadata={
+                "http_status": status,
+                "content_length": self.bytes_sent,
+                "total_duration_ms": total,
+                "sse_event_count": self.event_count,
+            },
+            duration_ms=total,
+            context=self.ctx,
+            edge_headers=self.response_edge,
+        )
+
+    def abort(self, termination_kind: str) -> None:
+        if self.terminal:
+            return
+        self.terminal = True
+        self.emitter.emit(
+            "backend.sse.aborted",
+            outcome="err",
+            metadata={"termination_kind": termination_kind, "bytes_before_abort": self.bytes_sent},
+            duration_ms=_ms_since(self.start),
+            context=self.ctx,
+        )
+
+    def error(self, exc: BaseException) -> None:
+        self._emit("backend.error.caught", "err", describe_exception(exc))
+
+    def broken(self, exc: BaseException) -> None:
+        """cvdiag failed inside this request: count it and get out of the way."""
+        self.active = False
+        record_failure("middleware", exc)
+
+    def response_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+        """Edge headers of the response (kept for ``complete``); returns its content type."""
+        content_type: bytes | None = None
+        edge: dict[str, str | None] | None = None
+        for name, value in headers:
+            lower = name.lower()
+            if lower == _CONTENT_TYPE:
+                content_type = value
+            else:
+                key = _EDGE.get(lower)
+                if key is not None and (edge is None or edge[key] is None):
+                    if edge is None:
+                        edge = dict.fromkeys(EDGE_HEADER_KEYS)
+                    edge[key] = _edge_value(value)
+        self.response_edge = edge
+        return content_type
+
+    # -- the app's exit --------------------------------------------------------------------
+
+    def finish(self, exc: BaseException | None) -> None:
+        """Emit what the app's return or exception means; exactly one terminal overall."""
+        if not self.active:
+            return
+        try:
+            kind = _classify(exc, self.send_error)
+            if kind == "error" and exc is not None:
+                self.error(exc)
+            if not self.terminal:
+                self.end(kind, exc)
+        except Exception as failure:
+            self.broken(failure)
+
+    def end(self, kind: str | None, exc: BaseException | None) -> None:
+        """Choose the terminal for an app that ended without one (``kind`` from ``_classify``)."""
+        raise NotImplementedError
+
+
+class _HTTPExchange(_Exchange):
+    """One HTTP request: ingress → [first_byte → event…] → complete | aborted | error.caught."""
+
+    __slots__ = ("body_done", "counter", "held", "parser", "streaming")
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        ctx: RequestContext,
+        receive: Receive,
+        send: Send,
+        start: float,
+        allow_first_byte: bool,
+        allow_events: bool,
+    ) -> None:
+        super().__init__(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        self.body_done = False
+        self.streaming = False  # some body message said more_body=True
+        #: SSE below the debug tier: small chunks held (by reference) and counted in batches.
+        self.held: list[bytes] | None = None
+        self.counter: SSECounter | None = None
+        #: SSE at the debug tier: every event is named, sized and emitted as it is sent.
+        self.parser: SSEParser | None = None
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        # After the body is done, uvicorn answers every receive with http.disconnect: not an abort.
+        if message.get("type") == "http.disconnect" and not self.body_done:
+            self.disconnected = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except BaseException as exc:
+            if self.active:
+                self._send_failed(exc)
+            raise
+        if not self.active:
+            return
+        # The hot path: one pass per body chunk, inline, doing only what the tier needs.
+        try:
+            if message["type"] != "http.response.body":
+                self._sent_other(message)
+                return
+            body = message.get("body", b"")
+            more = message.get("more_body", False)
+            if body:
+                size = len(body)
+                self.bytes_sent += size
+                held = self.held
+                if held is not None:
+                    # Only immutable bytes may be held: an app could reuse a bytearray.
+                    if size <= _HOLD_CHUNK and len(held) < _HOLD_CHUNKS and type(body) is bytes:
+                        held.append(body)
+                    else:
+                        self._count_held(bytes(body))
+                if more or self.streaming:
+                    if not self.first_byte_seen:
+                        self.first_byte()
+                    if held is None:
+                        self._chunk(body if type(body) is bytes else bytes(body), size)
+                elif self.parser is not None:
+                    # The whole SSE body in one message: not a stream, but its events count.
+                    self.event_count += len(self.parser.feed(bytes(body)))
+            if more:
+                self.streaming = True
+            elif not self.body_done:
+                self.body_done = True
+                self._body_finished()
+        except Exception as exc:
+            self.broken(exc)
+
+    def _send_failed(self, exc: BaseException) -> None:
+        # OSError (uvicorn's ClientDisconnected is one) means the client is gone; anything else
+        # is an app or protocol error and is judged when it escapes the app.
+        if isinstance(exc, (OSError, ClientDisconnect)):
+            self.send_error = exc
+            try:
+                self.abort("client_disconnect")
+            except Exception as failure:
+                self.broken(failure)
+
+    def _sent_other(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.started = True
+            self.status = int(message.get("status", 0))
+            content_type = self.response_headers(message.get("headers") or ())
+            if content_type is not None and content_type[:17].lower() == _SSE_TYPE:
+                if self.allow_events:
+                    self.parser = SSEParser()
+                else:
+                    self.counter = SSECounter()
+                    self.held = []
+        elif kind == "http.response.pathsend" and not self.body_done:
+            self.body_done = True
+            self._body_finished()
+
+    def _count_held(self, body: bytes = b"") -> None:
+        """Count the held chunks (and ``body``) in one pass: far cheaper than chunk by chunk."""
+        held = self.held
+        counter = self.counter
+        if held is None or counter is None:
+            return
+        if held:
+            held.append(body)
+            body = b"".join(held)
+            held.clear()
+        if body:
+            self.event_count += counter.feed(bytes(body))
+
+    def _chunk(self, body: bytes, size: int) -> None:
+        if self.parser is not None:
+            for event in self.parser.feed(body):
+                self.event(event.event_type, event.size)
+                self.event_count += 1
+        else:
+            # A stream that is not SSE: each chunk is an event.
+            if self.allow_events:
+                self.event("chunk", size)
+            self.event_count += 1
+
+    def _body_finished(self) -> None:
+        if self.disconnected or self.send_error is not None:
+            self.abort("client_disconnect")  # the server dropped what followed the disconnect
+        else:
+            self._count_held()
+            self.complete()
+
+    def end(self, kind: str | None, exc: BaseException | None) -> None:
+        if kind == "error":
+            if self.started:
+                self.abort("chunk_error")
+            else:
+                self.terminal = True  # error.caught alone: the host's error handler answers
+        elif kind == "disconnect" or self.disconnected:
+            self.abort("client_disconnect")
+        elif kind == "cancel":
+            self.abort("cancelled")
+        else:
+            self.abort("incomplete" if self.started else "no_response")
+
+
+class _WebSocketExchange(_Exchange):
+    """One WebSocket: ingress → [first_byte → event per message…] → complete | aborted."""
+
+    __slots__ = ("close_code",)
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        ctx: RequestContext,
+        receive: Receive,
+        send: Send,
+        start: float,
+        allow_first_byte: bool,
+        allow_events: bool,
+    ) -> None:
+        super().__init__(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        self.close_code: int | None = None
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message.get("type") == "websocket.disconnect" and not self.terminal:
+            self.disconnected = True
+            code = message.get("code", 1005)
+            self.close_code = code if isinstance(code, int) else 1005
+        return message
+
+    async def send(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except BaseException as exc:
+            if self.active and isinstance(exc, OSError):
+                self.send_error = exc
+                try:
+                    self.abort("rst")
+                except Exception as failure:
+                    self.broken(failure)
+            raise
+        if self.active:
+            try:
+                self._sent(message)
+            except Exception as exc:
+                self.broken(exc)
+
+    def _sent(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "websocket.send":
+            text = message.get("text")
+            if text is not None:
+                size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+            else:
+                size = len(message.get("bytes") or b"")
+            self.bytes_sent += size
+            if not self.first_byte_seen:
+                self.first_byte()
+            if self.allow_events:
+                event_type = "bytes" if text is None else (json_type(text) or "text")
+                self.event(event_type, size)
+            self.event_count += 1
+        elif kind == "websocket.accept":
+            self.started = True
+            self.status = 101
+            self.response_headers(message.get("headers") or ())
+        elif kind == "websocket.close":
+            if not self.started:
+                self.started = True
+                self.status = 403  # a close before accept is the server's refusal
+            self.complete()
+        elif kind == "websocket.http.response.start":
+            self.started = True
+            self.status = int(message.get("status", 0))
+            self.response_headers(message.get("headers") or ())
+        elif kind == "websocket.http.response.body":
+            self.bytes_sent += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.complete()
+
+    def end(self, kind: str | None, exc: BaseException | None) -> None:
+        if kind == "error":
+            if self.started:
+                self.abort("chunk_error")
+            else:
+                self.terminal = True  # error.caught alone: the server refuses the handshake
+            return
+        if kind == "disconnect" or self.disconnected:
+            code = self.close_code
+            if code is None and isinstance(exc, WebSocketDisconnect):
+                code = exc.code
+            if code is None or self.send_error is not None:
+                self.abort("rst")
+            elif code == _WS_NORMAL_CLOSE:
+                self.complete()
+            else:
+                self.abort("rst" if code in _WS_NO_STATUS else "client_close")
+        elif kind == "cancel":
+            self.abort("cancelled")
+        elif self.started:
+            self.complete()  # the app returned: the server closes the socket normally
+        else:
+            self.abort("no_response")
+
+
+class CvdiagMiddleware:
+    """Pure-ASGI middleware emitting the request, stream and error boundaries of each request.
+
+    ``settings=None`` follows the process-wide emitter (``configure()`` may be called after the
+    app is built); given settings, the middleware owns an emitter built from them once.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        slug: str | None = None,
+        settings: Settings | None = None,
+        exclude_paths: Iterable[str | re.Pattern[str]] = (),
+        slug_headers: Iterable[str] = ("x-aimock-context",),
+        test_id_headers: Iterable[str] = ("x-test-id",),
+    ) -> None:
+        self.app = app
+        self._emitter = Emitter(settings) if settings is not None else None
+        self._slug = sanitize_slug(slug) if slug is not None else None
+        if slug is not None and self._slug is None:
+            say(f"CvdiagMiddleware: slug {slug[:64]!r} is not a valid slug; ignored")
+        exact: set[str] = set()
+        patterns: list[re.Pattern[str]] = []
+        for item in (
+            (exclude_paths,) if isinstance(exclude_paths, (str, re.Pattern)) else exclude_paths
+        ):
+            if isinstance(item, re.Pattern):
+                patterns.append(item)
+            else:
+                exact.add(item)
+        self._exclude_exact = frozenset(exact)
+        self._exclude_patterns = tuple(patterns)
+        self._slug_headers = tuple(h.strip().lower().encode("latin-1") for h in slug_headers)
+        self._test_id_headers = tuple(h.strip().lower().encode("latin-1") for h in test_id_headers)
+        # Not request state: the tier's answers, recomputed whenever the emitter or tier changes.
+        self._allowed: tuple[Emitter, Tier, tuple[bool, bool, bool]] | None = None
+        self._wanted = frozenset(
+            (*self._slug_headers, *self._test_id_headers, *_EDGE, _CONTENT_LENGTH)
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        emitter = self._emitter or _emitters._emitter or get_emitter()
+        if not emitter.enabled:
+            await self.app(scope, receive, send)
+            return
+        exchange: _HTTPExchange | _WebSocketExchange | None = None
+        try:
+            exchange = self._begin(scope, emitter, receive, send)
+        except Exception as exc:
+            record_failure("middleware", exc)
+        if exchange is None:
+            await self.app(scope, receive, send)
+            return
+        token = set_context(exchange.ctx)
+        try:
+            await self.app(scope, exchange.receive, exchange.send)
+        except BaseException as exc:
+            exchange.finish(exc)
+            raise
+        else:
+            exchange.finish(None)
+        finally:
+            reset_context(token)
+
+    def _allows(self, emitter: Emitter) -> tuple[bool, bool, bool]:
+        """What the emitter's tier keeps of ingress, first_byte and event; cached per tier."""
+        cached = self._allowed
+        tier = emitter.tier
+        if cached is not None and cached[0] is emitter and cached[1] is tier:
+            return cached[2]
+        answers = (
+            emitter.allows("backend.request.ingress"),
+            emitter.allows("backend.sse.first_byte"),
+            emitter.allows("backend.sse.event"),
+        )
+        self._allowed = (emitter, tier, answers)
+        return answers
+
+    def _excluded(self, path: str) -> bool:
+        if path in self._exclude_exact:
+            return True
+        return any(pattern.fullmatch(path) for pattern in self._exclude_patterns)
+
+    def _begin(
+        self, scope: Scope, emitter: Emitter, receive: Receive, send: Send
+    ) -> _HTTPExchange | _WebSocketExchange | None:
+        """The request's exchange, its context and its ingress; None to pass through."""
+        kind = scope["type"]
+        if kind == "http":
+            cls: type[_HTTPExchange | _WebSocketExchange] = _HTTPExchange
+        elif kind == "websocket":
+            cls = _WebSocketExchange
+        else:
+            return None  # lifespan and unknown scope types are not ours
+        path = scope.get("path") or "/"
+        if (self._exclude_exact or self._exclude_patterns) and self._excluded(path):
+            return None
+        start = time.perf_counter()
+        wanted = self._wanted
+        found: dict[bytes, bytes] = {}
+        for name, value in scope.get("headers") or ():
+            if name in wanted and name not in found:
+                found[name] = value
+        test_id: str | None = None
+        for name in self._test_id_headers:
+            if name in found:
+                test_id = adopt_test_id(found[name])
+                break
+        slug = self._slug
+        if slug is None:
+            for name in self._slug_headers:
+                if name in found:
+                    slug = sanitize_slug(found[name])
+                    if slug is not None:
+                        break
+        span_id = new_span_id()
+        ctx = RequestContext(
+            test_id=test_id or new_uuid7(),
+            trace_id=new_trace_id(scope),
+            slug=slug or "unknown",
+            demo=_demo(path),
+            span_id=span_id,
+        )
+        allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
+        if allow_ingress:
+            edge: dict[str, str | None] | None = None
+            for raw, key in _EDGE.items():
+                if raw in found:
+                    if edge is None:
+                        edge = dict.fromkeys(EDGE_HEADER_KEYS)
+                    edge[key] = _edge_value(found[raw])
+            method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
+            emitter.emit(
+                "backend.request.ingress",
+                outcome="info",
+                metadata={
+                    "method": method,
+                    "path": path[:_PATH_MAX],
+                    "content_length": _content_length(found.get(_CONTENT_LENGTH)),
+                },
+                context=ctx,
+                span_id=span_id,
+                parent_span_id=None,
+                edge_headers=edge,
+            )
+        return cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)

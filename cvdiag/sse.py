@@ -1,0 +1,278 @@
+"""Incremental Server-Sent Events framing, read off the bytes the middleware sends.
+
+Two readers share one framing: ``SSECounter`` only counts dispatched events (what every tier
+needs for ``sse_event_count``) and ``SSEParser`` also names and sizes each event (what the debug
+tier's ``backend.sse.event`` needs). Both accept chunks cut anywhere — an event split across
+chunks, several events in one chunk, LF, CRLF or CR line endings, a CRLF split between two
+chunks — and both hold a bounded amount of memory however large an event grows.
+
+An event is dispatched, as in the WHATWG EventSource algorithm, at a blank line that closes a
+block holding at least one ``data`` field; comment-only blocks (keep-alive pings) and blocks
+without data dispatch nothing. An unterminated block at the end of the stream is discarded.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import repeat
+from typing import Final, NamedTuple
+
+import orjson
+
+#: Bytes of one unfinished block (counter) or line (parser) held before it is condensed.
+BUFFER_LIMIT: Final = 64 * 1024
+#: Bytes of an event's data kept to read its JSON ``type``; the rest is only counted.
+DATA_KEEP: Final = 64 * 1024
+#: Characters of an event type kept (the emitter scrubs it and caps the envelope anyway).
+TYPE_MAX: Final = 128
+#: Bytes of a condensed line's start the counter keeps: enough to recognise a ``data`` field.
+_FIELD_KEEP: Final = 16
+_BOM: Final = b"\xef\xbb\xbf"
+
+#: A bare ``data`` line (no colon) also makes a block an event; ``data:`` is checked by ``in``.
+_BARE_DATA: Final = re.compile(rb"(?:^|\n)data(?:\n|$)")
+#: The common shape, ``{"type": "X", ...}``: the type of a head too large or cut to parse.
+_LEADING_TYPE: Final = re.compile(rb'\s*\{\s*"type"\s*:\s*"([^"\\]{1,128})"')
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event: its type and the UTF-8 size of its data."""
+
+    event_type: str
+    size: int
+
+
+def _has_data(block: bytes) -> bool:
+    """Whether a block (LF-normalized, without its terminator) holds a ``data`` field."""
+    return block.startswith(b"data:") or b"\ndata:" in block or _BARE_DATA.search(block) is not None
+
+
+def json_type(data: bytes | str, *, complete: bool = True) -> str | None:
+    """The top-level string ``type`` of a JSON object, as AG-UI and OpenAI Responses send it.
+
+    Complete data up to ``DATA_KEEP`` bytes is parsed. A truncated head cannot be, so there
+    only a leading ``{"type": "X"`` is read (the outermost object's first key, never a nested one).
+    """
+    raw = data.encode("utf-8", "replace") if isinstance(data, str) else data
+    if not complete or len(raw) > DATA_KEEP:
+        match = _LEADING_TYPE.match(raw)
+        return match.group(1).decode("utf-8", "replace") if match is not None else None
+    if raw.lstrip()[:1] != b"{":
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind[:TYPE_MAX] if isinstance(kind, str) and kind else None
+
+
+class _Framing:
+    """Line-ending normalization shared by both readers: CRLF and CR become LF."""
+
+    __slots__ = ("_clean", "_cr", "_started")
+
+    def __init__(self) -> None:
+        self._cr = False  # the previous chunk ended in CR: a leading LF now belongs to it
+        self._started = False
+        #: At an event boundary with nothing held: a whole-event chunk may take the fast path.
+        self._clean = False
+
+    def _normalize(self, chunk: bytes) -> bytes:
+        if not self._started and chunk:
+            self._started = True
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+        if not chunk:
+            return chunk
+        if self._cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._cr = chunk.endswith(b"\r")
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return chunk
+
+
+class SSECounter(_Framing):
+    """Counts dispatched events with a few ``bytes`` scans per chunk.
+
+    Chunks that hold whole events are split on the blank-line terminator directly; only an
+    unfinished block is buffered. Past ``BUFFER_LIMIT`` that block is condensed to what decides
+    whether it is an event (has it a ``data`` field?) and the start of its last line.
+    """
+
+    __slots__ = ("_pending_data", "_tail")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tail = bytearray()
+        self._pending_data = False  # a condensed-away part of the unfinished block had data
+
+    def feed(self, chunk: bytes) -> int:
+        """Take the next chunk; return how many events it completed."""
+        # The common chunk is one whole event ("data: {...}\n\n", maybe after "event: x\n")
+        # arriving at an event boundary: a few C-level scans, no copies.
+        if (
+            self._clean
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and (chunk.startswith(b"data:") or b"\ndata:" in chunk)
+            and b"\r" not in chunk
+        ):
+            return 1
+        count = self._feed(chunk)
+        self._clean = self._started and not self._cr and not self._tail and not self._pending_data
+        return count
+
+    def _feed(self, chunk: bytes) -> int:
+        if self._cr or not self._started or b"\r" in chunk:
+            chunk = self._normalize(chunk)
+        tail = self._tail
+        if tail:
+            if b"\n\n" not in chunk and not (chunk.startswith(b"\n") and tail.endswith(b"\n")):
+                tail += chunk
+                if len(tail) > BUFFER_LIMIT:
+                    self._condense()
+                return 0
+            chunk = bytes(tail) + chunk
+            tail.clear()
+        blocks = chunk.split(b"\n\n")
+        rest = blocks.pop()
+        count = 0
+        if blocks:
+            if self._pending_data:
+                self._pending_data = False
+                count = 1
+                del blocks[0]
+            # Most blocks open with their data line: count those in C; look closer only if not.
+            starting = sum(map(bytes.startswith, blocks, repeat(b"data:")))
+            if starting != len(blocks):
+                starting = sum(1 for block in blocks if _has_data(block))
+            count += starting
+        if rest:
+            tail += rest
+            if len(tail) > BUFFER_LIMIT:
+                self._condense()
+        return count
+
+    def _condense(self) -> None:
+        tail = self._tail
+        cut = tail.rfind(b"\n")
+        if cut < 0:
+            # One long line: keep its start (its field name); the rest cannot change the count.
+            del tail[_FIELD_KEEP:]
+            return
+        if _has_data(bytes(tail[:cut])):
+            self._pending_data = True
+        # Keep the newline before the last line, so a following "\n" still ends the block.
+        last = bytes(tail[cut : cut + 1 + _FIELD_KEEP])
+        tail.clear()
+        tail += last
+
+
+class SSEParser(_Framing):
+    """Names and sizes each dispatched event; line by line, bounded.
+
+    ``event_type`` is the ``event:`` field, else the JSON ``type`` of the data, else
+    ``"message"``; ``size`` is the UTF-8 byte length of the event's data (data lines joined by
+    LF), however large. Only the first ``DATA_KEEP`` bytes of the data are held.
+    """
+
+    __slots__ = ("_data", "_data_len", "_event", "_has_data", "_line", "_line_dropped", "_lossy")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._line = bytearray()  # the unfinished last line (at most BUFFER_LIMIT bytes of it)
+        self._line_dropped = 0  # bytes of that line not held
+        self._event = b""
+        self._data = bytearray()
+        self._data_len = 0
+        self._has_data = False
+        self._lossy = False  # some data was not held: only the leading-type regex may be used
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Take the next chunk; return the events it completed, in order."""
+        # The common chunk is one single-line data event at an event boundary.
+        if (
+            self._clean
+            and chunk.startswith(b"data:")
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+        ):
+            value = chunk[6:-2] if chunk.startswith(b"data: ") else chunk[5:-2]
+            return [SSEEvent(json_type(value) or "message", len(value))]
+        events = self._feed(chunk)
+        self._clean = (
+            self._started
+            and not self._cr
+            and not self._line
+            and not self._line_dropped
+            and not self._has_data
+            and not self._event
+        )
+        return events
+
+    def _feed(self, chunk: bytes) -> list[SSEEvent]:
+        chunk = self._normalize(chunk)
+        if b"\n" not in chunk:
+            self._hold(chunk)
+            return []
+        if self._line:
+            chunk = bytes(self._line) + chunk
+            self._line.clear()
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        events: list[SSEEvent] = []
+        for line in lines:
+            dropped, self._line_dropped = self._line_dropped, 0
+            if line or dropped:
+                self._field(line, dropped)
+            elif self._has_data:
+                events.append(self._dispatch())
+            else:
+                self._event = b""
+        self._hold(rest)
+        return events
+
+    def _hold(self, part: bytes) -> None:
+        """Append to the unfinished line, holding at most ``BUFFER_LIMIT`` bytes of it."""
+        room = BUFFER_LIMIT - len(self._line)
+        if len(part) > room:
+            self._line_dropped += len(part) - room
+            part = part[:room]
+        self._line += part
+
+    def _field(self, line: bytes, dropped: int) -> None:
+        if line.startswith(b":"):
+            return  # a comment
+        name, colon, value = line.partition(b":")
+        if name == b"data" and (colon or not dropped):
+            if value.startswith(b" "):
+                value = value[1:]
+            data = self._data
+            if self._has_data:
+                self._data_len += 1
+                if len(data) < DATA_KEEP:
+                    data += b"\n"
+            self._has_data = True
+            self._data_len += len(value) + dropped
+            room = DATA_KEEP - len(data)
+            if len(value) > room or dropped:
+                self._lossy = True
+            data += value[: max(room, 0)]
+        elif name == b"event":
+            self._event = (value[1:] if value.startswith(b" ") else value)[:TYPE_MAX]
+
+    def _dispatch(self) -> SSEEvent:
+        kind: str | None = None
+        if self._event:
+            kind = self._event.decode("utf-8", "replace")
+        else:
+            kind = json_type(bytes(self._data), complete=not self._lossy)
+        event = SSEEvent(kind or "message", self._data_len)
+        self._event = b""
+        self._data = bytearray()
+        self._data_len = 0
+        self._has_data = False
+        self._lossy = False
+        return event
