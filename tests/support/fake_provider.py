@@ -1,0 +1,254 @@
+"""A fake LLM provider: OpenAI- and Anthropic-shaped answers, JSON and SSE, with usage.
+
+A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
+(``base_url``) from tests, the CLI demo and the examples. It records every request it gets —
+path, model, whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the
+caller's test id reached the provider. The answer is ``reply`` split into words: one word per
+stream chunk, and ``completion_tokens`` / ``output_tokens`` equal to the word count.
+
+    provider = FakeProvider(reply="hello there")
+    with serve_fake_provider(provider) as base_url:
+        client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="test")
+
+Knobs (attributes, changeable between requests): ``first_byte_delay`` and ``chunk_delay``
+(seconds), ``fail_status`` (answer every request with this HTTP error status instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+PROMPT_TOKENS = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class SeenRequest:
+    """What the provider was asked (never the prompt itself)."""
+
+    path: str
+    model: str | None
+    stream: bool
+    test_id: str | None
+    slug: str | None
+
+
+class FakeProvider:
+    """The app (``.app``) and what it has seen (``.requests``)."""
+
+    def __init__(
+        self,
+        *,
+        reply: str = "Hello from the fake provider, one word per chunk.",
+        first_byte_delay: float = 0.0,
+        chunk_delay: float = 0.0,
+        fail_status: int | None = None,
+    ) -> None:
+        self.reply = reply
+        self.first_byte_delay = first_byte_delay
+        self.chunk_delay = chunk_delay
+        self.fail_status = fail_status
+        self.requests: list[SeenRequest] = []
+        self._lock = threading.Lock()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+            ]
+        )
+
+    @property
+    def words(self) -> list[str]:
+        return self.reply.split()
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.words)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _seen(self, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        with self._lock:
+            self.requests.append(
+                SeenRequest(
+                    path=request.url.path,
+                    model=body.get("model"),
+                    stream=bool(body.get("stream")),
+                    test_id=request.headers.get("x-test-id"),
+                    slug=request.headers.get("x-aimock-context"),
+                )
+            )
+        if self.first_byte_delay:
+            await asyncio.sleep(self.first_byte_delay)
+        return dict(body)
+
+    def _failure(self) -> Response | None:
+        if self.fail_status is None:
+            return None
+        return JSONResponse(
+            {"error": {"message": "fake failure", "type": "fake_error"}},
+            status_code=self.fail_status,
+        )
+
+    async def _sse(self, frames: list[str]) -> AsyncIterator[bytes]:
+        for frame in frames:
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+            yield frame.encode()
+
+    def _stream(self, frames: list[str]) -> StreamingResponse:
+        return StreamingResponse(self._sse(frames), media_type="text/event-stream")
+
+    # -- OpenAI ---------------------------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        model = str(body.get("model", "unknown"))
+        usage = {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": PROMPT_TOKENS + self.completion_tokens,
+        }
+        created = int(time.time())
+        if not body.get("stream"):
+            return JSONResponse(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": self.reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> str:
+            data: dict[str, Any] = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data)}\n\n"
+
+        frames = [chunk({"role": "assistant", "content": ""}, None)]
+        frames += [chunk({"content": f"{word} "}, None) for word in self.words]
+        frames.append(chunk({}, "stop"))
+        if include_usage:
+            final = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            frames.append(f"data: {json.dumps(final)}\n\n")
+        frames.append("data: [DONE]\n\n")
+        return self._stream(frames)
+
+    async def _embeddings(self, request: Request) -> Response:
+        body = await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 0.5, 1.0]}],
+                "model": body.get("model", "unknown"),
+                "usage": {"prompt_tokens": PROMPT_TOKENS, "total_tokens": PROMPT_TOKENS},
+            }
+        )
+
+    # -- Anthropic ------------------------------------------------------------------------------
+
+    async def _messages(self, request: Request) -> Response:
+        body = await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        model = str(body.get("model", "unknown"))
+        message: dict[str, Any] = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": self.reply}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": self.completion_tokens},
+        }
+        if not body.get("stream"):
+            return JSONResponse(message)
+
+        def event(name: str, data: dict[str, Any]) -> str:
+            return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n"
+
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": 1},
+        }
+        frames = [
+            event("message_start", {"message": start}),
+            event(
+                "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+            ),
+            event("ping", {}),
+        ]
+        frames += [
+            event(
+                "content_block_delta",
+                {"index": 0, "delta": {"type": "text_delta", "text": f"{word} "}},
+            )
+            for word in self.words
+        ]
+        frames += [
+            event("content_block_stop", {"index": 0}),
+            event(
+                "message_delta",
+                {
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": self.completion_tokens},
+                },
+            ),
+            event("message_stop", {}),
+        ]
+        return self._stream(frames)
+
+
+@contextmanager
+def serve_fake_provider(provider: FakeProvider | None = None) -> Iterator[str]:
+    """Serve ``provider`` (a fresh one by default) on a loopback port; yields the base URL."""
+    from tests.support.servers import serve_uvicorn
+
+    with serve_uvicorn((provider or FakeProvider()).app) as base_url:
+        yield base_url
