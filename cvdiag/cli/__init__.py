@@ -1,23 +1,61 @@
-"""The ``cvdiag`` command."""
+"""The ``cvdiag`` command: ``main(argv) -> exit code``.
+
+Every failure is one line on stderr (``cvdiag: error: ...``) and a documented exit code, never a
+traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
+3 an internal error, 130 interrupted.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-USAGE = """usage: cvdiag <command> [options]
+from cvdiag.analysis.reading import InputError
+from cvdiag.cli import output
+from cvdiag.cli.output import Failure, UsageError, error, silence_stdout
 
-commands (arriving with the CLI release): demo, grep, replay, classify, stats, validate
-"""
+
+def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    from cvdiag.cli import commands
+    from cvdiag.cli.demo import demo
+
+    return {
+        "grep": commands.grep,
+        "replay": commands.replay,
+        "classify": commands.classify,
+        "stats": commands.stats,
+        "validate": commands.validate_command,
+        "demo": demo,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print usage; every command is still to come, so the exit code is 2 (usage error)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    stream = sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr
-    stream.write(USAGE)
-    return 0 if stream is sys.stdout else 2
+    """Run one command; return its exit code."""
+    from cvdiag.cli.arguments import parse
+
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+        return _commands()[args.command](args)
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else output.OK
+    except UsageError as exc:
+        error(str(exc))
+        return output.USAGE
+    except InputError as exc:
+        error(str(exc))
+        return output.USAGE
+    except Failure as exc:
+        error(str(exc))
+        return exc.code
+    except BrokenPipeError:  # the reader went away (cvdiag grep ... | head): not an error
+        silence_stdout()
+        return output.OK
+    except KeyboardInterrupt:
+        return output.INTERRUPTED
+    except Exception as exc:
+        error(f"internal error ({type(exc).__name__}: {exc}); please report it")
+        return output.INTERNAL
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+__all__ = ["main"]

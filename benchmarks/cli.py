@@ -1,0 +1,201 @@
+"""Throughput and peak memory of ``cvdiag grep --test-id`` and ``cvdiag stats`` on a large log.
+
+Run: ``python benchmarks/cli.py [--size-mb 1024] [--dir /tmp]``. A mixed log is generated first
+(half the lines CVDIAG envelopes of many requests, half ordinary access-log lines), then each
+command runs as a subprocess beside a baseline measured in the same run:
+
+- grep by test id against ``grep -F ID log | python`` (``json.loads`` of each matching line);
+- stats against a Python loop that ``json.loads`` every envelope line and does nothing else.
+
+Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per command
+so each figure is that command's own. Targets: grep >= 100 MB/s, peak memory < 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from cvdiag.envelope import NULL_EDGE_HEADERS
+
+_WRAPPER = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+elapsed = time.perf_counter() - start
+if done.returncode not in (0, 1):
+    sys.exit(done.stderr.decode()[-500:])
+print(elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+_BASELINE_STATS = """
+import json, sys
+n = 0
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        i = line.find(b"CVDIAG {")
+        if i >= 0:
+            json.loads(line[i + 7:])
+            n += 1
+"""
+
+_BASELINE_GREP = """
+import json, sys
+for line in sys.stdin:
+    json.loads(line[line.index("CVDIAG {") + 7:])
+"""
+
+
+def _request(n: int) -> list[bytes]:
+    """One request's envelope lines (test id ``req-<n>``), each followed by an access-log line."""
+    test_id = f"req-{n:08d}"
+    second = n % 86400
+    ts = f"2026-11-22T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+    request_span = f"{n:08x}00000001"
+    boundaries = [
+        ("backend.request.ingress", {"method": "POST", "path": "/chat", "content_length": 88}),
+        ("backend.agent.enter", {"agent_name": "chat-agent", "model_id": "gpt-x"}),
+        (
+            "backend.llm.call.start",
+            {"provider": "openai", "model": "gpt-x", "prompt_token_count_estimate": 412},
+        ),
+        (
+            "backend.llm.call.response",
+            {
+                "provider": "openai",
+                "model": "gpt-x",
+                "response_token_count": 57,
+                "latency_ms": 812 + n % 500,
+                "error_class": None,
+            },
+        ),
+        ("backend.sse.first_byte", {"delta_ms_from_ingress": 830 + n % 500}),
+        *[
+            (
+                "backend.sse.event",
+                {"event_type": "TEXT_MESSAGE_CONTENT", "payload_size_bytes": 60, "sequence_num": i},
+            )
+            for i in range(6)
+        ],
+        ("backend.agent.exit", {"terminal_outcome": "ok", "total_duration_ms": 900}),
+        (
+            "backend.response.complete",
+            {
+                "http_status": 200,
+                "content_length": 2048,
+                "total_duration_ms": 905,
+                "sse_event_count": 6,
+            },
+        ),
+    ]
+    lines = []
+    for i, (boundary, metadata) in enumerate(boundaries):
+        envelope = {
+            "schema_version": 1,
+            "test_id": test_id,
+            "trace_id": f"0193f1a2-{n:04x}-7000-8000-000000000000"[:36],
+            "span_id": f"{n:08x}{i + 1:08x}",
+            "parent_span_id": None if i == 0 else request_span,
+            "layer": "backend",
+            "boundary": boundary,
+            "slug": f"slug-{n % 7}",
+            "demo": "chat",
+            "ts": f"{ts}.{i * 37 % 1000:03d}Z",
+            "mono_ns": 10**15 + n * 10**9 + i * 10**6,
+            "duration_ms": None,
+            "outcome": "ok" if boundary.endswith(("response", "complete", "exit")) else "info",
+            "edge_headers": NULL_EDGE_HEADERS,
+            "metadata": metadata,
+        }
+        lines.append(b"CVDIAG " + orjson.dumps(envelope) + b"\n")
+        lines.append(
+            f'INFO:     10.0.{n % 250}.{i}:51234 - "POST /chat HTTP/1.1" 200 OK'
+            f" request_id={n:08x}{i:04x} worker=uvicorn-{n % 8}\n".encode()
+        )
+    return lines
+
+
+def generate(path: Path, size: int) -> str:
+    """Write about ``size`` bytes; returns a test id from the middle of the log."""
+    written = 0
+    n = 0
+    target = ""
+    with open(path, "wb", buffering=1 << 20) as out:
+        while written < size:
+            chunk = b"".join(line for k in range(n, n + 200) for line in _request(k))
+            out.write(chunk)
+            written += len(chunk)
+            if not target and written >= size // 2:
+                target = f"req-{n + 100:08d}"
+            n += 200
+    return target or "req-00000100"
+
+
+def measure(*command: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``command`` run in a fresh wrapper process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, *command], capture_output=True, text=True, check=True
+    )
+    elapsed, rss_kb = out.stdout.split()
+    return float(elapsed), int(rss_kb) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size-mb", type=int, default=1024, help="log size (default 1024)")
+    parser.add_argument("--dir", default=None, help="where to write the log (default: tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir))
+    log = workdir / "mixed.log"
+    try:
+        started = time.perf_counter()
+        test_id = generate(log, args.size_mb * 1024 * 1024)
+        size_mb = log.stat().st_size / 1024 / 1024
+        print(f"generated {size_mb:.0f} MB in {time.perf_counter() - started:.1f} s; id {test_id}")
+        cvdiag = [sys.executable, "-m", "cvdiag"]
+        grep = shutil.which("grep") or "grep"
+        rows = [
+            ("cvdiag grep --test-id", measure(*cvdiag, "grep", "--test-id", test_id, str(log))),
+            (
+                "baseline: grep -F | python json.loads",
+                measure(
+                    "bash",
+                    "-c",
+                    f'{grep} -F "$1" "$2" | "$3" -c "$4"',
+                    "bench",
+                    test_id,
+                    str(log),
+                    sys.executable,
+                    _BASELINE_GREP,
+                ),
+            ),
+            ("cvdiag stats", measure(*cvdiag, "stats", "--json", str(log))),
+            (
+                "baseline: python json.loads every envelope",
+                measure(sys.executable, "-c", _BASELINE_STATS, str(log)),
+            ),
+        ]
+        print(f"\n{'command':<44} {'seconds':>8} {'MB/s':>8} {'peak MB':>8}")
+        for name, (seconds, peak) in rows:
+            print(f"{name:<44} {seconds:>8.2f} {size_mb / seconds:>8.0f} {peak:>8.1f}")
+        grep_ratio = rows[1][1][0] / rows[0][1][0]
+        stats_ratio = rows[3][1][0] / rows[2][1][0]
+        print(f"\ngrep: {grep_ratio:.2f}x the baseline's speed; stats: {stats_ratio:.2f}x")
+    finally:
+        if args.keep:
+            print(f"log kept at {log}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

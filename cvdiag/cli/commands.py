@@ -1,0 +1,251 @@
+"""The reading commands: grep, replay, classify, stats and validate."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import itertools
+import textwrap
+from collections.abc import Callable, Iterator
+
+import orjson
+
+from cvdiag.analysis import classify as classifying
+from cvdiag.analysis import stats as statistics
+from cvdiag.analysis import timeline, validate
+from cvdiag.analysis.reading import (
+    STDIN,
+    Input,
+    Inputs,
+    Malformed,
+    Record,
+    format_key,
+    merged,
+    parsed_lines,
+    records,
+)
+from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
+
+#: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
+INVALID_SHOWN = 100
+
+
+def _output(args: argparse.Namespace) -> Output:
+    return Output(live=STDIN in args.files)
+
+
+def _names(args: argparse.Namespace) -> str:
+    names = ["stdin" if name == STDIN else name for name in args.files]
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} …"
+
+
+# --- grep -----------------------------------------------------------------------------------
+
+
+def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
+    patterns: list[str] = args.boundary or []
+    exact = {p for p in patterns if not any(c in p for c in "*?[")}
+    globs = [p for p in patterns if p not in exact]
+    since = format_key(args.since) if args.since else None
+    until = format_key(args.until) if args.until else None
+    slug, outcome = args.slug, args.outcome
+
+    def match(record: Record) -> bool:
+        env = record.envelope
+        if patterns:
+            name = env["boundary"]
+            if name not in exact and not any(fnmatch.fnmatchcase(name, g) for g in globs):
+                return False
+        if slug is not None and env["slug"] != slug:
+            return False
+        if outcome is not None and env["outcome"] != outcome:
+            return False
+        if since is not None and record.key[0] < since:
+            return False
+        return until is None or record.key[0] < until
+
+    return match
+
+
+def grep(args: argparse.Namespace) -> int:
+    """Matching envelopes as ``CVDIAG {json}`` lines (re-readable by every command) or an array."""
+    out, malformed = _output(args), Malformations()
+    match = _matcher(args)
+    found = 0
+    with Inputs(args.files) as inputs:
+        for record in merged(inputs, malformed, test_id=args.test_id):
+            if not match(record):
+                continue
+            if args.json:
+                out.write((b",\n" if found else b"[\n") + record.text)
+            else:
+                out.write(b"CVDIAG " + record.text + b"\n")
+            found += 1
+    if args.json:
+        out.write(b"\n]\n" if found else b"[]\n")
+    out.flush()
+    malformed.finish()
+    return OK if found else NOTHING
+
+
+# --- replay and classify --------------------------------------------------------------------
+
+
+def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Record]:
+    with Inputs(args.files) as inputs:
+        found = list(merged(inputs, malformed, test_id=args.test_id))
+    malformed.finish()
+    if not found:
+        raise Failure(f"no envelope with test id {args.test_id} in {_names(args)}")
+    return found
+
+
+def replay(args: argparse.Namespace) -> int:
+    found = _test_records(args, Malformations())
+    line = timeline.build(args.test_id, found)
+    out = Output()
+    if args.json:
+        out.write(orjson.dumps(timeline.to_json(line), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        out.lines(timeline.render(line))
+    out.flush()
+    return OK
+
+
+def classify(args: argparse.Namespace) -> int:
+    found = _test_records(args, Malformations())
+    facts = classifying.gather(args.test_id, found)
+    verdict = classifying.classify(facts, first_token_timeout=args.first_token_timeout)
+    out = Output()
+    if args.json:
+        out.write(orjson.dumps(verdict.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        out.lines(render_verdict(verdict))
+    out.flush()
+    return OK
+
+
+def render_verdict(verdict: classifying.Verdict) -> list[str]:
+    evidence = dict(verdict.evidence)
+    envelopes = evidence.pop("envelopes")
+    lines = [
+        f"test id   {verdict.test_id}",
+        f"class     {verdict.flap_class}",
+        f"reason    {verdict.reason}",
+    ]
+    if envelopes:
+        width = max(len(e["boundary"]) for e in envelopes)
+        lines.append("evidence")
+        for item in envelopes:
+            lines.append(
+                f"  {'+' + format(item['offset_ms'], '.1f') + ' ms':>12}  "
+                f"{item['boundary']:<{width}}  {item['summary']}  ({item['source']})"
+            )
+    facts = "  ".join(f"{key}={_fact(value)}" for key, value in _flatten(evidence))
+    lines += textwrap.wrap(
+        facts,
+        width=100,
+        initial_indent="facts     ",
+        subsequent_indent=" " * 10,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines
+
+
+def _flatten(values: dict[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _fact(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+# --- stats ----------------------------------------------------------------------------------
+
+
+def stats(args: argparse.Namespace) -> int:
+    malformed = Malformations()
+    report = statistics.Stats(by_class=args.by_class)
+    with Inputs(args.files) as inputs:
+        # Figures do not depend on order: the inputs are read one after another, not merged.
+        report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
+    malformed.finish()
+    if not report.overall.envelopes:
+        raise Failure(f"no CVDIAG envelope in {_names(args)}")
+    data = report.to_json(malformed=malformed.count, first_token_timeout=args.first_token_timeout)
+    out = Output()
+    if args.json:
+        out.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        out.lines(statistics.render(data))
+    out.flush()
+    return OK
+
+
+# --- validate -------------------------------------------------------------------------------
+
+
+class _Tally:
+    """Counts and lists what ``validate`` finds; lines are written as they are found."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.envelopes = 0
+        self.invalid = 0
+        self.malformed = 0
+        self.rules: dict[str, int] = {}
+
+    def report(self, where: str, message: str) -> None:
+        if self.invalid + self.malformed <= INVALID_SHOWN:
+            self.out.line(f"{where}: {message}")
+
+    def on_malformed(self, problem: Malformed) -> None:
+        self.malformed += 1
+        self.report(f"{problem.source}:{problem.lineno}", f"malformed: {problem.reason}")
+
+    def check(self, source: Input, lineno: int, text: bytes, value: object) -> None:
+        self.envelopes += 1
+        found = validate.problems(value, len(text))
+        if not found:
+            return
+        self.invalid += 1
+        for rule in {problem.rule for problem in found}:  # envelopes per rule, not problems
+            self.rules[rule] = self.rules.get(rule, 0) + 1
+        name = value.get("boundary") if isinstance(value, dict) else None
+        label = f" {name}" if isinstance(name, str) else ""
+        more = f"; and {len(found) - 5} more" if len(found) > 5 else ""
+        self.report(f"{source.name}:{lineno}{label}", "; ".join(map(str, found[:5])) + more)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    out = _output(args)
+    tally = _Tally(out)
+    with Inputs(args.files) as inputs:
+        for source in inputs:
+            for lineno, text, value in parsed_lines(source, tally.on_malformed):
+                tally.check(source, lineno, text, value)
+    bad = tally.invalid + tally.malformed
+    if bad > INVALID_SHOWN:
+        out.line(f"… {bad - INVALID_SHOWN} more not shown")
+    rules = ", ".join(f"{rule} {n}" for rule, n in sorted(tally.rules.items()))
+    out.line(
+        f"{tally.envelopes} envelopes: {tally.envelopes - tally.invalid} valid,"
+        f" {tally.invalid} invalid"
+        + (f" ({rules})" if rules else "")
+        + f"; {tally.malformed} malformed lines"
+    )
+    out.flush()
+    if not tally.envelopes and not tally.malformed:
+        raise Failure(f"no CVDIAG envelope in {_names(args)}")
+    return NOTHING if bad else OK
