@@ -8,6 +8,8 @@ import pytest
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.schema import Tier
 
+pytest_plugins = ["pytester"]
+
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 

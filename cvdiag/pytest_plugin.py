@@ -1,0 +1,194 @@
+"""pytest plugin: the ``cvdiag_events`` fixture, the ``cvdiag`` marker and ``--cvdiag-log``.
+
+Registered through the ``pytest11`` entry point, so installing cvdiag is enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import time
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from cvdiag import emitter as _emitter_module
+from cvdiag.context import _CURRENT
+from cvdiag.emitter import Emitter
+from cvdiag.settings import Settings
+from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
+
+Envelope = Mapping[str, Any]
+_LOG_KEY = pytest.StashKey[FileSink]()
+_EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()
+
+
+class CvdiagEvents:
+    """The envelopes emitted during one test, in emit order."""
+
+    def __init__(self, sink: MemorySink, emitter: Emitter) -> None:
+        self._sink = sink
+        self.emitter = emitter
+
+    def all(self) -> list[Envelope]:
+        # list() of a deque copies it in C without releasing the GIL: a consistent snapshot
+        # even while the heartbeat thread appends. Iterating the deque itself could raise.
+        return list(self._sink.envelopes)
+
+    def boundaries(self) -> list[str]:
+        return [str(env["boundary"]) for env in self.all()]
+
+    def of(self, boundary: str) -> list[Envelope]:
+        return [env for env in self.all() if env["boundary"] == boundary]
+
+    def for_test_id(self, test_id: str) -> list[Envelope]:
+        return [env for env in self.all() if env["test_id"] == test_id]
+
+    def clear(self) -> None:
+        self._sink.clear()
+
+    def wait_for(self, boundary: str, *, timeout: float = 5.0, count: int = 1) -> list[Envelope]:
+        """Block until ``count`` envelopes of ``boundary`` were emitted; fail after ``timeout``.
+
+        For a server running in another thread. Inside a coroutine use ``wait_for_async``, which
+        lets the event loop run while it waits.
+        """
+        deadline = time.monotonic() + timeout
+        while len(found := self.of(boundary)) < count:
+            if time.monotonic() > deadline:
+                self._timed_out(boundary, count, timeout)
+            time.sleep(0.005)
+        return found
+
+    async def wait_for_async(
+        self, boundary: str, *, timeout: float = 5.0, count: int = 1
+    ) -> list[Envelope]:
+        """``wait_for`` for async tests (pytest-asyncio, anyio)."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.of(boundary)) < count:
+            if time.monotonic() > deadline:
+                self._timed_out(boundary, count, timeout)
+            await asyncio.sleep(0.005)
+        return found
+
+    def _timed_out(self, boundary: str, count: int, timeout: float) -> None:
+        seen = len(self.of(boundary))
+        pytest.fail(
+            f"cvdiag: waited {timeout}s for {count} x {boundary}, saw {seen}; emitted so far: "
+            f"{self.boundaries()}"
+        )
+
+    def assert_sequence(self, expected: Sequence[str], *, test_id: str | None = None) -> None:
+        """Assert that ``expected`` boundaries occur in this order (others may come between)."""
+        envelopes = self.for_test_id(test_id) if test_id is not None else self.all()
+        actual = [str(env["boundary"]) for env in envelopes]
+        position = 0
+        for boundary in actual:
+            if position < len(expected) and boundary == expected[position]:
+                position += 1
+        if position == len(expected):
+            return
+        diff = "\n".join(
+            difflib.unified_diff(
+                list(expected), actual, "expected (in order)", "emitted", lineterm="", n=len(actual)
+            )
+        )
+        scope = f" for test id {test_id}" if test_id is not None else ""
+        pytest.fail(
+            f"cvdiag: boundary {expected[position]!r} (#{position + 1} of the expected sequence)"
+            f" was not emitted in order{scope}\n{diff}",
+            pytrace=False,
+        )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cvdiag")
+    group.addoption(
+        "--cvdiag-log",
+        metavar="PATH",
+        default=None,
+        help="append every envelope captured by cvdiag_events to PATH (a CI artifact that "
+        "`cvdiag classify` reads)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "cvdiag(tier='debug', stdout=False, **settings): options of the cvdiag_events fixture",
+    )
+    path = config.getoption("--cvdiag-log", default=None)
+    if path:
+        config.stash[_LOG_KEY] = FileSink(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sink = config.stash.get(_LOG_KEY, None)
+    if sink is not None:
+        sink.close()
+
+
+@pytest.fixture
+def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
+    """Enable cvdiag for this test and capture every envelope in memory.
+
+    Options come from ``@pytest.mark.cvdiag(tier=..., stdout=..., **Settings fields)``; the
+    tier defaults to debug, so every boundary is captured. The process-wide emitter and the
+    request context are restored afterwards.
+    """
+    marker = request.node.get_closest_marker("cvdiag")
+    options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    to_stdout = bool(options.pop("stdout", False))
+    options.setdefault("tier", "debug")
+    memory = MemorySink()
+    sinks: list[Sink] = [memory]
+    if to_stdout:
+        sinks.append(StdoutSink())
+    log = request.config.stash.get(_LOG_KEY, None)
+    if log is not None:
+        sinks.append(log)
+
+    previous = _emitter_module._emitter
+    emitter = Emitter(Settings(enabled=True, **options), sinks=sinks)
+    _emitter_module._install(emitter)
+    token = _CURRENT.set(None)
+    events = CvdiagEvents(memory, emitter)
+    request.node.stash[_EVENTS_KEY] = events
+    try:
+        yield events
+    finally:
+        emitter.flush()
+        _CURRENT.reset(token)
+        _emitter_module._install(previous)  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Add the replay of what a failed test emitted to its report."""
+    report = yield
+    events = item.stash.get(_EVENTS_KEY, None)
+    if events is not None and report.failed and call.when == "call":
+        report.sections.append(("cvdiag replay", _replay(events.all())))
+    return report
+
+
+def _replay(envelopes: Sequence[Envelope]) -> str:
+    """Each test id's timeline, drawn as ``cvdiag replay`` draws it, for the failure report."""
+    from cvdiag.analysis.reading import Record, ts_key
+    from cvdiag.analysis.timeline import build, render
+
+    by_test: dict[str, list[Record]] = {}
+    for number, env in enumerate(envelopes, 1):
+        record = Record(
+            "memory", number, b"", dict(env), (ts_key(str(env["ts"])) or "", int(env["mono_ns"]))
+        )
+        by_test.setdefault(str(env["test_id"]), []).append(record)
+    if not by_test:
+        return "no envelopes were emitted"
+    return "\n\n".join(
+        "\n".join([f"test id {test_id}", *render(build(test_id, records))])
+        for test_id, records in by_test.items()
+    )
