@@ -9,6 +9,7 @@ no network. Variants, interleaved in every round (the order rotates from round t
   (b) CvdiagMiddleware, cvdiag disabled (the process-wide emitter, as with the variable unset)
   (c) default tier, (d) verbose tier, (e) debug tier (each middleware owning its emitter)
   (f) opentelemetry-instrumentation-asgi, SDK tracer provider, in-memory exporter
+  (g) verbose tier with the OpenTelemetry bridge on (same SDK provider, set globally)
 
 Sink: the real ``StdoutSink`` (its queue and writer thread included), with ``sys.stdout``
 pointed at /dev/null for the run; each round ends with a flush, outside the timed calls. Each
@@ -30,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -123,6 +125,7 @@ async def bench(rounds: int, requests: int, spec: str) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # the bridge (g) uses the global provider, as users do
     variants: dict[str, App] = {
         "(a) bare app": starlette_app(),
         "(b) cvdiag disabled": with_cvdiag(None),
@@ -130,6 +133,9 @@ async def bench(rounds: int, requests: int, spec: str) -> None:
         "(d) cvdiag verbose": with_cvdiag(Settings(enabled=True, tier="verbose", **big)),  # type: ignore[arg-type]
         "(e) cvdiag debug": with_cvdiag(Settings(enabled=True, tier="debug", **big)),  # type: ignore[arg-type]
         "(f) OTel asgi": OpenTelemetryMiddleware(starlette_app(), tracer_provider=provider),
+        "(g) verbose + OTel bridge": with_cvdiag(
+            Settings(enabled=True, tier="verbose", otel=True, **big)  # type: ignore[arg-type]
+        ),
     }
     request_scope = scope(spec)
     samples: dict[str, list[int]] = {name: [] for name in variants}

@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cvdiag import envelope as _envelope
 from cvdiag.context import _CURRENT, RequestContext
@@ -19,7 +19,10 @@ from cvdiag.guard import failures, record_failure, say
 from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
 from cvdiag.settings import DEBUG_ENVIRONMENTS, Settings
-from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink
+from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink, install_exit_hooks
+
+if TYPE_CHECKING:
+    from cvdiag.otel import OtelBridge
 
 
 class _Inherit:
@@ -50,10 +53,20 @@ class Emitter:
         if sinks is None:
             stdout = StdoutSink(queue_size=self.settings.queue_size)
             sinks = self._owned = (stdout,)
+        #: The OpenTelemetry bridge, only when asked for: off, it costs nothing at all.
+        self.otel: OtelBridge | None = None
+        if self.settings.otel:
+            from cvdiag.otel import OtelBridge, SpanEventSink
+
+            self.otel = OtelBridge()
+            sinks = (*sinks, SpanEventSink())
         self.sinks: tuple[Sink, ...] = tuple(sinks)
         for sink in self.sinks:
-            if isinstance(sink, QueuedLineSink) and sink.drop_report is None:
-                sink.drop_report = self._queue_dropped_line
+            if isinstance(sink, QueuedLineSink):
+                if sink.drop_report is None:
+                    sink.drop_report = self._queue_dropped_line
+                if self.enabled:
+                    install_exit_hooks()
         self._set_tier(self.settings.tier)
         self._debug_count = 0
         self._debug_started: float | None = None
@@ -67,6 +80,17 @@ class Emitter:
                 f"CVDIAG_DEBUG refused: environment label {self.settings.environment!r} is not one"
                 f" of {allowed}; running at tier {self.tier.label}"
             )
+
+    def new_trace_id(self) -> str:
+        """A new request's trace id: the current OpenTelemetry trace's (32 hex) when the bridge
+        is on and a span context exists, so stdout and traces join; else a UUIDv7."""
+        if self.otel is not None:
+            from cvdiag.otel import trace_id_of_current_span
+
+            trace_id = trace_id_of_current_span()
+            if trace_id is not None:
+                return trace_id
+        return new_uuid7()
 
     @property
     def tier(self) -> Tier:
@@ -133,7 +157,7 @@ class Emitter:
     ) -> None:
         ctx = context if context is not None else _CURRENT.get()
         if ctx is None:
-            ctx = RequestContext(test_id=new_uuid7(), trace_id=new_uuid7())
+            ctx = RequestContext(test_id=new_uuid7(), trace_id=self.new_trace_id())
         if outcome not in OUTCOMES:
             record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
             outcome = "info"

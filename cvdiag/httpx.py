@@ -30,14 +30,17 @@ import sys
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from types import ModuleType, TracebackType
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
 from cvdiag.context import _CURRENT
-from cvdiag.emitter import get_emitter
+from cvdiag.emitter import Emitter, get_emitter
 from cvdiag.guard import record_failure
 from cvdiag.scopes import _ACTIVE_CALL, LLMCall
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = [
     "DEFAULT_LLM_HOSTS",
@@ -562,7 +565,7 @@ class _Exchange:
 
 
 def _before(request: Any, options: _Options) -> _Exchange | None:
-    """Forward the test id and slug; start an ``llm_call`` if this is an LLM provider call."""
+    """Forward the test id, slug and trace context; start an ``llm_call`` for an LLM call."""
     try:
         headers = request.headers
         ctx = _CURRENT.get()
@@ -573,26 +576,48 @@ def _before(request: Any, options: _Options) -> _Exchange | None:
             name = options.slug_header
             if name and ctx.slug != "unknown" and name not in headers:
                 headers[name] = ctx.slug
-        if not options.detect_llm or request.method != "POST":
-            return None
-        if not get_emitter().allows("backend.llm.call.start"):
-            return None
-        url = request.url
-        provider = options.provider_for(str(url.host), url.port, str(url.path))
-        if provider is None:
-            return None
-        active = _ACTIVE_CALL.get()
-        if active is not None and not active.ended:
-            # Inside a hand-written llm_call: fill it in rather than open a second call.
-            return _Exchange(active, owned=False)
-        model, estimate = _describe_request(request)
-        call = LLMCall(provider, model, prompt_token_count_estimate=estimate)
-        if not call._begin():
-            return None
-        return _Exchange(call, owned=True)
+        emitter = get_emitter()
+        exchange = _llm_exchange(request, options, emitter)
+        if emitter.otel is not None:
+            span = exchange.call._otel_span if exchange is not None else None
+            _inject_trace_context(headers, span)
+        return exchange
     except Exception as exc:
         record_failure("httpx", exc)
         return None
+
+
+def _llm_exchange(request: Any, options: _Options, emitter: Emitter) -> _Exchange | None:
+    if not options.detect_llm or request.method != "POST":
+        return None
+    if not emitter.allows("backend.llm.call.start") and emitter.otel is None:
+        return None  # neither an envelope nor a span wants this call
+    url = request.url
+    provider = options.provider_for(str(url.host), url.port, str(url.path))
+    if provider is None:
+        return None
+    active = _ACTIVE_CALL.get()
+    if active is not None and not active.ended:
+        # Inside a hand-written llm_call: fill it in rather than open a second call.
+        return _Exchange(active, owned=False)
+    model, estimate = _describe_request(request)
+    call = LLMCall(provider, model, prompt_token_count_estimate=estimate)
+    if not call._begin():
+        return None
+    return _Exchange(call, owned=True)
+
+
+def _inject_trace_context(headers: Any, span: Span | None) -> None:
+    """``traceparent`` (through the configured propagator) beside x-test-id, never overwriting
+    what the caller set; the LLM call's own span is the parent when there is one."""
+    from opentelemetry import propagate, trace
+
+    context = trace.set_span_in_context(span) if span is not None else None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=context)
+    for name, value in carrier.items():
+        if name not in headers:
+            headers[name] = value
 
 
 # --- the transports ----------------------------------------------------------------------------

@@ -12,11 +12,12 @@ See docs/streaming.md for every boundary emitted, when, and the ``termination_ki
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +33,22 @@ from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
 from cvdiag.scrub import scrub
 from cvdiag.settings import Settings
 from cvdiag.sse import SSECounter, SSEParser, json_type
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+
+def annotate_request(span: Span, ctx: RequestContext) -> None:
+    from cvdiag.otel import annotate_request as annotate
+
+    annotate(span, ctx)
+
+
+def finish_request(span: Span, scope: Scope, status: int, failure: BaseException | None) -> None:
+    from cvdiag.otel import finish_request as finish
+
+    finish(span, scope, status, failure)
+
 
 __all__ = ["CvdiagMiddleware"]
 
@@ -55,11 +72,10 @@ _HOLD_CHUNKS: Final = 32
 _WS_NO_STATUS: Final = frozenset({1005, 1006})
 _WS_NORMAL_CLOSE: Final = 1000
 _BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
-
-
-def new_trace_id(scope: Scope) -> str:
-    """The request's trace id. The OpenTelemetry bridge replaces this with the OTel trace id."""
-    return new_uuid7()
+#: How long lifespan shutdown may wait for queued envelopes to be written.
+_SHUTDOWN_FLUSH_SECONDS: Final = 5.0
+#: Scope types that get an OpenTelemetry server span.
+_TRACED: Final = frozenset({"http", "websocket"})
 
 
 def _ms_since(start: float) -> float:
@@ -216,6 +232,8 @@ class _Exchange:
         if self.terminal:
             return
         self.terminal = True
+        if self.emitter.otel is not None:
+            self.emitter.otel.record_abort(termination_kind)
         self.emitter.emit(
             "backend.sse.aborted",
             outcome="err",
@@ -514,6 +532,26 @@ class _WebSocketExchange(_Exchange):
             self.abort("no_response")
 
 
+def _flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
+    """The lifespan's ``send``, unchanged, except that the envelopes still queued are written
+    before the server is told shutdown is complete.
+
+    Servers stop on SIGTERM by running lifespan shutdown; uvicorn then restores the signal
+    handlers it found and raises SIGTERM again, which ends the process before any atexit
+    handler runs. This is the last moment cvdiag is sure to have.
+    """
+
+    async def send_after_flush(message: Message) -> None:
+        if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+            try:
+                await asyncio.to_thread(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
+            except Exception as exc:
+                record_failure("middleware", exc)
+        await send(message)
+
+    return send_after_flush
+
+
 class CvdiagMiddleware:
     """Pure-ASGI middleware emitting the request, stream and error boundaries of each request.
 
@@ -560,24 +598,50 @@ class CvdiagMiddleware:
         if not emitter.enabled:
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, _flushing_at_shutdown(send, emitter))
+            return
+        bridge = emitter.otel
+        if bridge is not None and scope["type"] in _TRACED and bridge.tracing():
+            with bridge.server_span(scope) as (span, owned):
+                await self._observe(scope, receive, send, emitter, span, owned=owned)
+            return
+        await self._observe(scope, receive, send, emitter, None)
+
+    async def _observe(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        emitter: Emitter,
+        span: Span | None,
+        *,
+        owned: bool = False,
+    ) -> None:
         exchange: _HTTPExchange | _WebSocketExchange | None = None
         try:
             exchange = self._begin(scope, emitter, receive, send)
+            if span is not None and exchange is not None:
+                annotate_request(span, exchange.ctx)
         except Exception as exc:
             record_failure("middleware", exc)
         if exchange is None:
             await self.app(scope, receive, send)
             return
         token = set_context(exchange.ctx)
+        failure: BaseException | None = None
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except BaseException as exc:
+            failure = exc
             exchange.finish(exc)
             raise
         else:
             exchange.finish(None)
         finally:
             reset_context(token)
+            if span is not None and owned:
+                finish_request(span, scope, exchange.status, failure)
 
     def _allows(self, emitter: Emitter) -> tuple[bool, bool, bool]:
         """What the emitter's tier keeps of ingress, first_byte and event; cached per tier."""
@@ -633,7 +697,7 @@ class CvdiagMiddleware:
         span_id = new_span_id()
         ctx = RequestContext(
             test_id=test_id or new_uuid7(),
-            trace_id=new_trace_id(scope),
+            trace_id=emitter.new_trace_id(),
             slug=slug or "unknown",
             demo=_demo(path),
             span_id=span_id,

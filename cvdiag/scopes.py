@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from cvdiag import emitter as _emitters
 from cvdiag.context import _CURRENT, RequestContext
@@ -39,9 +39,15 @@ from cvdiag.guard import record_failure
 from cvdiag.heartbeat import scheduler
 from cvdiag.ids import new_span_id, new_uuid7
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 __all__ = ["AgentScope", "LLMCall", "agent_scope", "current_llm_call", "llm_call"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: What a scope's context switch must undo: its request context, its LLM-call marker, and the
+#: OpenTelemetry context that makes its span current (when the bridge is on).
+_Tokens = tuple[Token[RequestContext | None], Token["LLMCall | None"] | None, object | None]
 _S = TypeVar("_S", bound="_Scope")
 
 #: The innermost live ``llm_call``: lets an instrumented httpx client inside a hand-written call
@@ -56,8 +62,8 @@ REPORTED_ATTR: Final = "__cvdiag_reported__"
 _TIMEOUT_SUFFIXES: Final = ("Timeout", "TimeoutError", "TimeoutException")
 
 
-def _fresh_context() -> RequestContext:
-    return RequestContext(test_id=new_uuid7(), trace_id=new_uuid7())
+def _fresh_context(emitter: Emitter) -> RequestContext:
+    return RequestContext(test_id=new_uuid7(), trace_id=emitter.new_trace_id())
 
 
 def _elapsed_ms(since: float) -> int:
@@ -96,7 +102,9 @@ class _Scope:
     _depth: int = 0
     #: The context installed inside the scope: the outer one, hanging under our span.
     _inner: RequestContext | None = None
-    _tokens: tuple[Token[RequestContext | None], Token[LLMCall | None] | None] | None = None
+    _tokens: _Tokens | None = None
+    #: The scope's OpenTelemetry span (only with the bridge on and an SDK configured).
+    _otel_span: Span | None = None
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -111,8 +119,38 @@ class _Scope:
         """Emit the end envelope(s), once."""
         raise NotImplementedError
 
-    def _install(self) -> tuple[Token[RequestContext | None], Token[LLMCall | None] | None]:
-        return _CURRENT.set(self._inner), None
+    def _install(self) -> _Tokens:
+        return _CURRENT.set(self._inner), None, self._attach_span()
+
+    def _attach_span(self) -> object | None:
+        span = self._otel_span
+        if span is None:
+            return None
+        from cvdiag.otel import attach_span
+
+        return attach_span(span)
+
+    def _emit_in_span(self, emitter: Emitter, boundary: str, **options: Any) -> None:
+        """Emit where the scope's own span is current, so its start and end envelopes become
+        events of that span (they are emitted outside the scope's context switch)."""
+        token = self._attach_span()
+        try:
+            emitter.emit(boundary, **options)
+        finally:
+            if token is not None:
+                from cvdiag.otel import detach
+
+                detach(token)
+
+    def _end_span(self, exc: BaseException | None) -> None:
+        span, self._otel_span = self._otel_span, None
+        if span is None:
+            return
+        if isinstance(exc, Exception):
+            from cvdiag.otel import OtelBridge
+
+            OtelBridge.fail(span, exc)
+        span.end()
 
     # -- guarded steps: cvdiag's own failures never reach the host ---------------------------
 
@@ -131,7 +169,7 @@ class _Scope:
 
     def _install_guarded(
         self,
-    ) -> tuple[Token[RequestContext | None], Token[LLMCall | None] | None] | None:
+    ) -> _Tokens | None:
         try:
             return self._install()
         except Exception as exc:
@@ -140,11 +178,18 @@ class _Scope:
 
     @staticmethod
     def _uninstall(
-        tokens: tuple[Token[RequestContext | None], Token[LLMCall | None] | None] | None,
+        tokens: _Tokens | None,
     ) -> None:
         if tokens is None:
             return
-        current, call = tokens
+        current, call, span = tokens
+        if span is not None:
+            from cvdiag.otel import detach
+
+            try:
+                detach(span)
+            except Exception as exc:
+                record_failure("scopes", exc)
         try:
             _CURRENT.reset(current)
         except Exception as exc:  # reset in another Context (a misused scope object)
@@ -352,13 +397,16 @@ class AgentScope(_Scope):
         emitter = get_emitter()
         if not emitter.allows("backend.agent.enter"):
             return False
-        outer = _CURRENT.get() or _fresh_context()
+        outer = _CURRENT.get() or _fresh_context(emitter)
         span = new_span_id()
         self._emitter, self._outer, self.span_id = emitter, outer, span
         self._inner = outer.child(span)
         self._started = time.monotonic()
         self._live = True
-        emitter.emit(
+        if emitter.otel is not None:
+            self._otel_span = emitter.otel.start_agent_span(self.agent_name, self.model_id)
+        self._emit_in_span(
+            emitter,
             "backend.agent.enter",
             metadata={"agent_name": self.agent_name, "model_id": self.model_id},
             context=outer,
@@ -378,7 +426,8 @@ class AgentScope(_Scope):
         elif isinstance(exc, Exception):
             terminal, outcome = "err", "timeout" if is_timeout(exc) else "err"
             if _claim_report(exc):
-                emitter.emit(
+                self._emit_in_span(
+                    emitter,
                     "backend.error.caught",
                     outcome="err",
                     metadata=describe_exception(exc),
@@ -387,7 +436,8 @@ class AgentScope(_Scope):
                 )
         else:
             terminal, outcome = "cancelled", "info"
-        emitter.emit(
+        self._emit_in_span(
+            emitter,
             "backend.agent.exit",
             outcome=outcome,
             metadata={"terminal_outcome": terminal, "total_duration_ms": round(elapsed)},
@@ -395,6 +445,7 @@ class AgentScope(_Scope):
             context=outer,
             parent_span_id=outer.span_id,
         )
+        self._end_span(exc)
 
 
 def agent_scope(agent_name: str, *, model_id: str | None = None) -> AgentScope:
@@ -483,27 +534,30 @@ class LLMCall(_Scope):
             heartbeat_interval=self.heartbeat_interval,
         )
 
-    def _install(self) -> tuple[Token[RequestContext | None], Token[LLMCall | None] | None]:
-        return _CURRENT.set(self._inner), _ACTIVE_CALL.set(self)
+    def _install(self) -> _Tokens:
+        return _CURRENT.set(self._inner), _ACTIVE_CALL.set(self), self._attach_span()
 
     def _begin(self) -> bool:
         emitter = get_emitter()
-        if not emitter.allows("backend.llm.call.start"):
-            return False
+        if not emitter.allows("backend.llm.call.start") and emitter.otel is None:
+            return False  # neither an envelope nor a span wants this call
         if self.started_at is not None:
             if not self.ended:  # live elsewhere (the transport drives it): leave it alone
                 return False
             # A handle used again for a new call: forget the previous one.
             self.response_token_count = self.first_chunk_at = None
             self.ended = self.orphaned = self._scheduled = False
-        ctx = _CURRENT.get() or _fresh_context()
+        ctx = _CURRENT.get() or _fresh_context(emitter)
         span = new_span_id()
         self._emitter, self._ctx, self.span_id = emitter, ctx, span
         self._inner = ctx.child(span)
         self._lock = threading.Lock()
         self.started_at = time.monotonic()
         self._live = True
-        emitter.emit(
+        if emitter.otel is not None:
+            self._otel_span = emitter.otel.start_llm_span(self.provider, self.model)
+        self._emit_in_span(
+            emitter,
             "backend.llm.call.start",
             metadata={
                 "provider": self.provider,
@@ -551,7 +605,8 @@ class LLMCall(_Scope):
         else:
             outcome = "ok" if error_class is None else "err"
         latency = _elapsed_ms(started)
-        emitter.emit(
+        self._emit_in_span(
+            emitter,
             "backend.llm.call.response",
             outcome=outcome,
             metadata={
@@ -565,6 +620,33 @@ class LLMCall(_Scope):
             context=ctx,
             parent_span_id=self.span_id,
         )
+        if emitter.otel is not None:
+            self._finish_otel(emitter, started, error_class)
+
+    def _finish_otel(self, emitter: Emitter, started: float, error_class: str | None) -> None:
+        """The GenAI span attributes known at the end, and the call's metrics."""
+        bridge = emitter.otel
+        if bridge is None:
+            return
+        bridge.record_llm_call(
+            provider=self.provider,
+            model=self.model,
+            seconds=time.monotonic() - started,
+            output_tokens=self.response_token_count,
+            error_type=error_class,
+        )
+        span, self._otel_span = self._otel_span, None
+        if span is None:
+            return
+        if self.response_token_count is not None:
+            span.set_attribute("gen_ai.usage.output_tokens", self.response_token_count)
+        if self.first_chunk_at is not None:
+            span.set_attribute(
+                "gen_ai.response.time_to_first_chunk", max(0.0, self.first_chunk_at - started)
+            )
+        if error_class is not None:
+            bridge.fail_with(span, error_class)
+        span.end()
 
     # -- driven by the heartbeat thread ------------------------------------------------------
 
@@ -582,12 +664,21 @@ class LLMCall(_Scope):
         with lock:
             if self.ended:
                 return
-            emitter.emit(
-                "backend.llm.call.heartbeat",
-                metadata={"elapsed_ms_since_start": _elapsed_ms(started)},
-                context=self._ctx,
-                parent_span_id=self.span_id,
-            )
+            # The scheduler thread has no current span: lend it the call's, so the heartbeat
+            # also becomes a span event of the call's span.
+            token = self._attach_span()
+            try:
+                emitter.emit(
+                    "backend.llm.call.heartbeat",
+                    metadata={"elapsed_ms_since_start": _elapsed_ms(started)},
+                    context=self._ctx,
+                    parent_span_id=self.span_id,
+                )
+            finally:
+                if token is not None:
+                    from cvdiag.otel import detach
+
+                    detach(token)
 
 
 def llm_call(

@@ -110,7 +110,7 @@ class QueuedLineSink(_Sink):
             thread.start()
             self._thread = thread
             _live_sinks.add(self)
-            _install_exit_hooks()
+            install_exit_hooks()
 
     def _run(self) -> None:
         queue = self._queue
@@ -259,11 +259,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signum)
 
 
-def _install_exit_hooks() -> None:
-    """Flush at normal exit (uncaught exceptions included) and on an unhandled SIGTERM.
+def install_exit_hooks() -> None:
+    """Flush at normal exit (uncaught exceptions included) and on SIGTERM.
 
-    A SIGTERM handler is installed only where none is: servers such as uvicorn install their own
-    and exit normally, which runs the atexit flush.
+    The SIGTERM handler is installed only where none is, and as early as possible: an enabled
+    emitter calls this when it is built. That matters under uvicorn, which saves the handlers it
+    finds at startup and, after its graceful shutdown, restores them and raises the signal again:
+    found in place, this handler then flushes before the process ends.
     """
     global _hooks_installed
     if _hooks_installed:

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 from starlette.requests import ClientDisconnect
 
-from cvdiag import CvdiagMiddleware, MemorySink, Settings, configure, current_context
+from cvdiag import (
+    CvdiagMiddleware,
+    MemorySink,
+    Settings,
+    configure,
+    current_context,
+    get_emitter,
+)
 from cvdiag.context import RequestContext
 from cvdiag.guard import failures
 from cvdiag.schema import DENIED_HEADERS, EDGE_HEADER_KEYS, Tier
@@ -518,21 +525,63 @@ async def test_own_settings_write_to_stdout(
 async def test_lifespan_and_unknown_scopes_pass_through_untouched(capture: Capture) -> None:
     sink = capture("debug")
     seen: list[Any] = []
+    sent: list[Any] = []
+    messages = [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.append((scope["type"], receive, send, current_context()))
+        seen.append((scope["type"], receive, current_context()))
+        for message in messages:
+            await send(message)
 
     async def receive() -> Any:
         return {"type": "lifespan.startup"}
 
     async def send(message: Any) -> None:
-        pass
+        sent.append(message)
 
     middleware = CvdiagMiddleware(app)
     await middleware({"type": "lifespan"}, receive, send)
     await middleware({"type": "custom.protocol"}, receive, send)
-    assert seen == [("lifespan", receive, send, None), ("custom.protocol", receive, send, None)]
+    assert seen == [("lifespan", receive, None), ("custom.protocol", receive, None)]
+    assert sent == messages * 2  # every message reaches the server unchanged, in order
+    assert all(a is b for a, b in zip(sent, messages * 2, strict=True))
     assert not sink.envelopes
+
+
+async def test_lifespan_shutdown_writes_what_is_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the server hears shutdown is complete, queued envelopes are written."""
+    import io
+    import sys
+    import time
+
+    from cvdiag import StdoutSink
+
+    class SlowStdout(io.StringIO):
+        def write(self, s: str) -> int:
+            time.sleep(0.2)  # a slow log pipe: without a flush, nothing is written in time
+            return super().write(s)
+
+    stdout = SlowStdout()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    configure(Settings(enabled=True), sinks=[StdoutSink()])
+    written_at_completion: list[int] = []
+    try:
+        for _ in range(50):
+            get_emitter().emit("backend.error.caught")
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "lifespan.shutdown.complete"})
+
+        async def send(message: Any) -> None:
+            written_at_completion.append(stdout.getvalue().count("CVDIAG {"))
+
+        async def receive() -> Any:
+            return {"type": "lifespan.shutdown"}
+
+        await CvdiagMiddleware(app)({"type": "lifespan"}, receive, send)
+    finally:
+        configure(Settings(), sinks=[MemorySink()])
+    assert written_at_completion == [50]
 
 
 async def test_exclude_paths_exact_and_regex(capture: Capture) -> None:
@@ -574,10 +623,10 @@ async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
 ) -> None:
     capture("default")
 
-    def broken(scope: Any) -> str:
+    def broken() -> str:
         raise RuntimeError("id source down")
 
-    monkeypatch.setattr("cvdiag.middleware.new_trace_id", broken)
+    monkeypatch.setattr("cvdiag.middleware.new_span_id", broken)
     before = failures["middleware"]
     sent = await call(make_app(), http_scope("/plain"))
     assert sent[0]["status"] == 200

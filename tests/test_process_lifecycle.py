@@ -77,3 +77,56 @@ def test_uncaught_exception_still_flushes() -> None:
     assert len(envelopes(out)) == 2000
     assert proc.returncode == 1
     assert b"RuntimeError: host bug" in err
+
+
+UVICORN_HOST = textwrap.dedent(
+    """
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from cvdiag import CvdiagMiddleware
+
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    app.add_middleware(CvdiagMiddleware)
+    uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning", access_log=False)
+    """
+)
+
+
+def test_sigterm_under_uvicorn_writes_everything_queued() -> None:
+    """uvicorn restores the handlers it found at startup and raises SIGTERM again after its
+    graceful shutdown: cvdiag's handler must already be in place then, or the queue is lost."""
+    import httpx
+
+    from tests.support.servers import free_port
+
+    port = free_port()
+    env = {**os.environ, "CVDIAG_BACKEND_EMITTER": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", UVICORN_HOST.format(port=port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            while True:
+                try:
+                    client.get("/")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "uvicorn did not start"
+                    time.sleep(0.05)
+            for _ in range(299):  # stdout is not read meanwhile: lines pile up in the queue
+                assert client.get("/").text == "ok"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    # Nobody reads for a while: without cvdiag's handler in place, uvicorn's re-raised SIGTERM
+    # ends the process with the queue unwritten before this reader even starts.
+    time.sleep(0.5)
+    out, _ = proc.communicate(timeout=30)
+    complete = [e for e in envelopes(out) if e["boundary"] == "backend.response.complete"]
+    assert len(complete) == 300

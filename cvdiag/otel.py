@@ -1,0 +1,275 @@
+"""The OpenTelemetry bridge: cvdiag's boundaries as spans, span events and metrics.
+
+Only opentelemetry-api is imported. With no SDK configured the API hands out non-recording
+spans; the bridge checks for that once per request and then does nothing, and with
+``CVDIAG_OTEL`` off it is never constructed at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span, SpanKind
+from opentelemetry.trace.status import Status, StatusCode
+
+if TYPE_CHECKING:
+    from cvdiag.context import RequestContext
+
+_SCOPE: Final = "cvdiag"
+_UNCONFIGURED_METERS: Final = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
+#: Attributes may only be str, bool, int, float or homogeneous sequences of them.
+_PLAIN: Final = (str, bool, int, float)
+
+
+def _attribute(value: Any) -> Any:
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Envelope metadata as span attributes: nulls dropped, nested values as JSON text."""
+    return {key: _attribute(value) for key, value in metadata.items() if value is not None}
+
+
+def _tracing_configured() -> bool:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider):
+        # The proxy delegates once an SDK provider is set; until then it is a no-op.
+        return False
+    return not isinstance(provider, NoOpTracerProvider)
+
+
+def attach_span(span: Span) -> object:
+    """Make ``span`` current (in this context); returns the token for ``detach``."""
+    return otel_context.attach(trace.set_span_in_context(span))
+
+
+def detach(token: object) -> None:
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def trace_id_of_current_span() -> str | None:
+    """The current span's trace id as 32 hex digits, when a valid span context exists."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    return trace.format_trace_id(span_context.trace_id)
+
+
+class OtelBridge:
+    """Spans for requests, agents and LLM calls; metrics for LLM calls and aborted streams."""
+
+    def __init__(self) -> None:
+        from cvdiag import __version__
+
+        self._tracer = trace.get_tracer(_SCOPE, __version__)
+        meter = metrics.get_meter(_SCOPE, __version__)
+        self._duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+        )
+        self._tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens used per operation"
+        )
+        self._aborted = meter.create_counter(
+            "cvdiag.stream.aborted",
+            unit="{stream}",
+            description="Streams that ended before their body was complete, by termination_kind",
+        )
+
+    @staticmethod
+    def tracing() -> bool:
+        return _tracing_configured()
+
+    # -- spans ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def server_span(self, scope: Mapping[str, Any]) -> Iterator[tuple[Span, bool]]:
+        """The request's SERVER span, current for the block.
+
+        When a server instrumentation (opentelemetry-instrumentation-asgi, Logfire) already made
+        one, that span is used and no duplicate is created; else a new span continues the trace
+        context the caller sent, extracted with the globally configured propagator. Yields the
+        span and whether cvdiag owns it (names it, sets its status, ends it).
+        """
+        current = trace.get_current_span()
+        if current.get_span_context().is_valid and current.is_recording():
+            yield current, False
+            return
+        parent = propagate.extract(scope, getter=_SCOPE_HEADERS)
+        method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
+        span = self._tracer.start_span(
+            str(method)[:32],
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=server_attributes(scope),
+        )
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            yield span, True
+        finally:
+            otel_context.detach(token)
+            span.end()
+
+    def start_span(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
+        """A started span under the current one; the caller makes it current and ends it."""
+        if not _tracing_configured():
+            return None
+        return self._tracer.start_span(
+            name, kind=kind, attributes={k: v for k, v in attributes.items() if v is not None}
+        )
+
+    def start_agent_span(self, agent_name: str, model_id: str | None) -> Span | None:
+        """``invoke_agent {agent_name}``, INTERNAL, per the GenAI semantic conventions."""
+        return self.start_span(
+            f"invoke_agent {agent_name}",
+            SpanKind.INTERNAL,
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": agent_name,
+                "gen_ai.request.model": model_id,
+            },
+        )
+
+    def start_llm_span(self, provider: str, model: str) -> Span | None:
+        """``chat {model}``, CLIENT, per the GenAI semantic conventions."""
+        return self.start_span(
+            f"chat {model}",
+            SpanKind.CLIENT,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": model,
+            },
+        )
+
+    @staticmethod
+    def fail(span: Span | None, exc: BaseException) -> None:
+        OtelBridge.fail_with(span, type(exc).__qualname__)
+
+    @staticmethod
+    def fail_with(span: Span | None, error_type: str) -> None:
+        """Mark ``span`` failed with ``error.type`` (no exception message: it may hold secrets)."""
+        if span is not None and span.is_recording():
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR))
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def record_llm_call(
+        self,
+        *,
+        provider: str,
+        model: str,
+        seconds: float,
+        output_tokens: int | None,
+        error_type: str | None,
+    ) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+        }
+        if error_type is not None:
+            attributes["error.type"] = error_type
+        self._duration.record(seconds, attributes)
+        if output_tokens is not None:
+            self._tokens.record(output_tokens, {**attributes, "gen_ai.token.type": "output"})
+
+    def record_abort(self, termination_kind: str) -> None:
+        self._aborted.add(1, {"termination_kind": termination_kind})
+
+
+class SpanEventSink:
+    """Adds every envelope to the span current where it is emitted, as a span event named after
+    its boundary with its (already scrubbed) metadata as attributes."""
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        span = trace.get_current_span()
+        if not span.is_recording():
+            return
+        attributes = flatten(envelope["metadata"])
+        attributes["cvdiag.test_id"] = envelope["test_id"]
+        attributes["cvdiag.outcome"] = envelope["outcome"]
+        if envelope["duration_ms"] is not None:
+            attributes["cvdiag.duration_ms"] = envelope["duration_ms"]
+        span.add_event(str(envelope["boundary"]), attributes)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class _ScopeHeaders(Getter[Mapping[str, Any]]):
+    """Reads propagation headers straight from an ASGI scope, bounded in size."""
+
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        name = key.lower().encode("latin-1")
+        values = [
+            value[:_HEADER_MAX].decode("latin-1")
+            for header, value in carrier.get("headers") or ()
+            if header.lower() == name
+        ]
+        return values or None
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        return [header.decode("latin-1") for header, _ in carrier.get("headers") or ()]
+
+
+_SCOPE_HEADERS: Final = _ScopeHeaders()
+_HEADER_MAX: Final = 8192
+
+
+def annotate_request(span: Span, ctx: RequestContext) -> None:
+    """Let users find a test id in their tracing backend."""
+    if span.is_recording():
+        span.set_attribute("cvdiag.test_id", ctx.test_id)
+        span.set_attribute("cvdiag.slug", ctx.slug)
+
+
+def finish_request(
+    span: Span, scope: Mapping[str, Any], status: int, failure: BaseException | None
+) -> None:
+    """What is known of cvdiag's own server span once the app returned: status, route, error."""
+    if not span.is_recording():
+        return
+    if status:
+        span.set_attribute("http.response.status_code", status)
+    route = getattr(scope.get("route"), "path", None)
+    if isinstance(route, str):
+        span.set_attribute("http.route", route)
+        method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
+        span.update_name(f"{str(method)[:32]} {route}")
+    if isinstance(failure, Exception):
+        OtelBridge.fail(span, failure)
+    elif status >= 500:
+        span.set_attribute("error.type", str(status))
+        span.set_status(Status(StatusCode.ERROR))
+
+
+def server_attributes(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """HTTP semantic-convention attributes known at ingress."""
+    server: Sequence[Any] | None = scope.get("server")
+    attributes: dict[str, Any] = {
+        "http.request.method": scope.get("method", "GET"),
+        "url.path": scope.get("path", ""),
+        "url.scheme": scope.get("scheme", "http"),
+        "network.protocol.version": scope.get("http_version", "1.1"),
+    }
+    if server:
+        attributes["server.address"] = str(server[0])
+        if len(server) > 1 and server[1] is not None:
+            attributes["server.port"] = int(server[1])
+    return attributes
