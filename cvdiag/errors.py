@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 import traceback
 from typing import Any, Final
@@ -11,6 +10,9 @@ from typing import Any, Final
 from cvdiag.scrub import scrub
 
 MESSAGE_MAX_BYTES: Final = 512
+#: Set on an exception once ``backend.error.caught`` was emitted for it, so an exception
+#: travelling out through nested scopes and the middleware is reported once, by the innermost.
+REPORTED_ATTR: Final = "__cvdiag_reported__"
 STACK_FRAMES: Final = 8
 
 
@@ -58,7 +60,12 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def current_exception_class() -> str | None:
-    """The class name of the exception being handled, for ``error_class`` fields."""
-    exc = sys.exc_info()[1]
-    return type(exc).__qualname__ if exc is not None else None
+def claim_report(exc: BaseException) -> bool:
+    """True the first time it is asked about ``exc``; marks it reported."""
+    try:
+        if getattr(exc, REPORTED_ATTR, False):
+            return False
+        setattr(exc, REPORTED_ATTR, True)
+    except Exception:  # noqa: S110 - an exception refusing attributes is simply reported again
+        pass
+    return True

@@ -26,7 +26,7 @@ from starlette.websockets import WebSocketDisconnect
 from cvdiag import emitter as _emitters
 from cvdiag.context import RequestContext, reset_context, set_context
 from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.errors import describe_exception
+from cvdiag.errors import claim_report, describe_exception
 from cvdiag.guard import record_failure, say
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
@@ -275,8 +275,8 @@ class _Exchange:
             return
         try:
             kind = _classify(exc, self.send_error)
-            if kind == "error" and exc is not None:
-                self.error(exc)
+            if kind == "error" and exc is not None and claim_report(exc):
+                self.error(exc)  # unless a scope inside the request already reported it
             if not self.terminal:
                 self.end(kind, exc)
         except Exception as failure:

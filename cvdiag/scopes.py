@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 from cvdiag import emitter as _emitters
 from cvdiag.context import _CURRENT, RequestContext
 from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.errors import describe_exception
+from cvdiag.errors import claim_report, describe_exception
 from cvdiag.guard import record_failure
 from cvdiag.heartbeat import scheduler
 from cvdiag.ids import new_span_id, new_uuid7
@@ -54,9 +54,6 @@ _S = TypeVar("_S", bound="_Scope")
 #: fill that call in instead of opening a second one for the same request.
 _ACTIVE_CALL: ContextVar[LLMCall | None] = ContextVar("cvdiag_llm_call", default=None)
 
-#: Set on an exception once a scope has emitted ``backend.error.caught`` for it, so an exception
-#: travelling out through nested scopes is reported once, by the innermost.
-REPORTED_ATTR: Final = "__cvdiag_reported__"
 #: Class-name endings that mark a timeout, whichever library raised it (``TimeoutError``,
 #: ``asyncio.TimeoutError`` on 3.10, httpx's ``ReadTimeout``, openai's ``APITimeoutError`` …).
 _TIMEOUT_SUFFIXES: Final = ("Timeout", "TimeoutError", "TimeoutException")
@@ -73,17 +70,6 @@ def _elapsed_ms(since: float) -> int:
 def is_timeout(exc: BaseException) -> bool:
     """Whether ``exc`` is a timeout, judged by its class names (no library needs importing)."""
     return any(cls.__name__.endswith(_TIMEOUT_SUFFIXES) for cls in type(exc).__mro__)
-
-
-def _claim_report(exc: BaseException) -> bool:
-    """True the first time it is asked about ``exc``; marks it reported."""
-    try:
-        if getattr(exc, REPORTED_ATTR, False):
-            return False
-        setattr(exc, REPORTED_ATTR, True)
-    except Exception:  # noqa: S110 - an exception refusing attributes is simply reported again
-        pass
-    return True
 
 
 class _Scope:
@@ -425,7 +411,7 @@ class AgentScope(_Scope):
             terminal, outcome = "ok", "ok"
         elif isinstance(exc, Exception):
             terminal, outcome = "err", "timeout" if is_timeout(exc) else "err"
-            if _claim_report(exc):
+            if claim_report(exc):
                 self._emit_in_span(
                     emitter,
                     "backend.error.caught",

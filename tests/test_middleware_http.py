@@ -631,3 +631,28 @@ async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
     sent = await call(make_app(), http_scope("/plain"))
     assert sent[0]["status"] == 200
     assert failures["middleware"] == before + 1
+
+
+async def test_an_exception_reported_by_a_scope_is_not_reported_again(capture: Capture) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from cvdiag import agent_scope
+
+    sink = capture("debug")
+
+    async def failing(request: Any) -> Any:
+        async with agent_scope("planner"):
+            raise RuntimeError("tool failed")
+
+    app = Starlette(routes=[Route("/fail", failing)])
+    app.add_middleware(CvdiagMiddleware)
+    with pytest.raises(RuntimeError, match="tool failed"):
+        await call(app, http_scope("/fail"))
+    envelopes = check_all(sink)
+    errors = [e for e in envelopes if e["boundary"] == "backend.error.caught"]
+    assert len(errors) == 1  # the scope's: it names the failing agent's span as its parent
+    (enter,) = [e for e in envelopes if e["boundary"] == "backend.agent.enter"]
+    assert errors[0]["parent_span_id"] == enter["span_id"]
+    assert boundaries(envelopes)[-2:] == ["backend.error.caught", "backend.agent.exit"]
+    assert terminals(envelopes) == []  # error.caught alone ends the request
