@@ -11,6 +11,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from cvdiag import envelope as _envelope
@@ -277,11 +278,15 @@ class Emitter:
 
 _emitter: Emitter | None = None
 _configure_lock = threading.Lock()
+#: A middleware given its own ``settings`` makes its emitter the one for its requests, so
+#: scopes, instrumented clients and ``emit()`` inside them use it too.
+_REQUEST_EMITTER: ContextVar[Emitter | None] = ContextVar("cvdiag_emitter", default=None)
 
 
 def get_emitter() -> Emitter:
-    """The process-wide emitter, resolved from the environment on first use."""
-    emitter = _emitter
+    """The emitter in force here: the request's (a middleware built with its own settings), else
+    the process-wide one, resolved from the environment on first use."""
+    emitter = _REQUEST_EMITTER.get() or _emitter
     if emitter is None:
         with _configure_lock:
             emitter = _emitter
@@ -317,8 +322,8 @@ def emit(
     metadata: Mapping[str, Any] | None = None,
     duration_ms: float | int | None = None,
 ) -> None:
-    """Emit ``boundary`` in the current request's context through the process-wide emitter."""
-    emitter = _emitter or get_emitter()
+    """Emit ``boundary`` in the current request's context through the emitter in force."""
+    emitter = _REQUEST_EMITTER.get() or _emitter or get_emitter()
     if emitter.enabled:
         emitter.emit(boundary, outcome=outcome, metadata=metadata, duration_ms=duration_ms)
 

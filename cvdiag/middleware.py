@@ -629,6 +629,7 @@ class CvdiagMiddleware:
             await self.app(scope, receive, send)
             return
         token = set_context(exchange.ctx)
+        own = _emitters._REQUEST_EMITTER.set(emitter) if self._emitter is not None else None
         failure: BaseException | None = None
         try:
             await self.app(scope, exchange.receive, exchange.send)
@@ -640,6 +641,8 @@ class CvdiagMiddleware:
             exchange.finish(None)
         finally:
             reset_context(token)
+            if own is not None:
+                _emitters._REQUEST_EMITTER.reset(own)
             if span is not None and owned:
                 finish_request(span, scope, exchange.status, failure)
 

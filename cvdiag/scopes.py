@@ -193,7 +193,7 @@ class _Scope:
         if self._depth > 1:
             record_failure("scopes", f"{type(self).__name__} entered again while live; ignored")
             return
-        emitter = _emitters._emitter
+        emitter = _emitters._REQUEST_EMITTER.get() or _emitters._emitter
         if emitter is not None and not emitter.enabled:
             return  # the one check a scope costs while cvdiag is off
         if self._begin_guarded():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -656,3 +657,44 @@ async def test_an_exception_reported_by_a_scope_is_not_reported_again(capture: C
     assert errors[0]["parent_span_id"] == enter["span_id"]
     assert boundaries(envelopes)[-2:] == ["backend.error.caught", "backend.agent.exit"]
     assert terminals(envelopes) == []  # error.caught alone ends the request
+
+
+async def test_a_middleware_with_its_own_settings_serves_scopes_inside_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import sys
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from cvdiag import agent_scope, emit, flush
+
+    stdout = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    configure(Settings(), sinks=[MemorySink()])  # the process-wide emitter is off
+
+    async def handler(request: Any) -> Any:
+        async with agent_scope("planner"):
+            emit("backend.error.caught", outcome="err")
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", handler)])
+    app.add_middleware(CvdiagMiddleware, settings=Settings(enabled=True, tier="verbose"))
+    await call(app, http_scope("/"))
+    emit("backend.error.caught")  # outside the request: the process-wide emitter, off
+    own = app.middleware_stack.app  # type: ignore[union-attr]
+    while not isinstance(own, CvdiagMiddleware):
+        own = own.app
+    own._emitter.flush()  # type: ignore[union-attr]
+    flush()
+    lines = [line for line in stdout.getvalue().splitlines() if line.startswith("CVDIAG {")]
+    names = [json.loads(line[7:])["boundary"] for line in lines]
+    assert names == [
+        "backend.request.ingress",
+        "backend.agent.enter",
+        "backend.error.caught",
+        "backend.agent.exit",
+        "backend.response.complete",
+    ]
