@@ -1,25 +1,45 @@
-"""cvdiag: boundary envelopes that make agent backends diagnosable."""
+"""cvdiag: boundary envelopes that make agent backends diagnosable.
+
+The public names are loaded on first use (PEP 562), so ``cvdiag`` the command starts without
+importing the middleware, the scopes or the httpx transports it never needs.
+"""
 
 from __future__ import annotations
 
-from cvdiag.context import RequestContext, current_context
-from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
-from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
-from cvdiag.middleware import CvdiagMiddleware
-from cvdiag.schema import Tier
-from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Eager on purpose: importing the ``cvdiag.scrub`` submodule binds the package attribute
+# ``scrub`` to the module, so the function must be bound here first.
 from cvdiag.scrub import scrub
-from cvdiag.settings import Settings
-from cvdiag.sinks import (
-    CallableSink,
-    FileSink,
-    LoggingSink,
-    MemorySink,
-    Sink,
-    StdoutSink,
-)
 
 __version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "AgentScope": "cvdiag.scopes",
+    "AsyncCvdiagTransport": "cvdiag.httpx",
+    "CallableSink": "cvdiag.sinks",
+    "CvdiagMiddleware": "cvdiag.middleware",
+    "CvdiagTransport": "cvdiag.httpx",
+    "Emitter": "cvdiag.emitter",
+    "FileSink": "cvdiag.sinks",
+    "LLMCall": "cvdiag.scopes",
+    "LoggingSink": "cvdiag.sinks",
+    "MemorySink": "cvdiag.sinks",
+    "RequestContext": "cvdiag.context",
+    "Settings": "cvdiag.settings",
+    "Sink": "cvdiag.sinks",
+    "StdoutSink": "cvdiag.sinks",
+    "Tier": "cvdiag.schema",
+    "agent_scope": "cvdiag.scopes",
+    "configure": "cvdiag.emitter",
+    "current_context": "cvdiag.context",
+    "emit": "cvdiag.emitter",
+    "flush": "cvdiag.emitter",
+    "get_emitter": "cvdiag.emitter",
+    "instrument_httpx": "cvdiag.httpx",
+    "llm_call": "cvdiag.scopes",
+}
 
 __all__ = [
     "AgentScope",
@@ -47,3 +67,26 @@ __all__ = [
     "llm_call",
     "scrub",
 ]
+
+if TYPE_CHECKING:
+    from cvdiag.context import RequestContext, current_context
+    from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
+    from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
+    from cvdiag.middleware import CvdiagMiddleware
+    from cvdiag.schema import Tier
+    from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call
+    from cvdiag.settings import Settings
+    from cvdiag.sinks import CallableSink, FileSink, LoggingSink, MemorySink, Sink, StdoutSink
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cvdiag' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

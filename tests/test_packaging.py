@@ -47,3 +47,24 @@ def test_the_console_script_runs() -> None:
     )
     assert result.returncode == 0
     assert "usage" in result.stdout.lower()
+
+
+def test_every_public_name_resolves_and_scrub_stays_the_function() -> None:
+    import importlib
+
+    package = importlib.import_module("cvdiag")
+    importlib.import_module("cvdiag.scrub")  # binds the submodule on the package, if lazily
+    assert callable(package.scrub)
+    assert package.scrub("sk-test-12345") == "[REDACTED]"
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+
+
+def test_the_command_does_not_import_the_server_side() -> None:
+    code = (
+        "import sys, cvdiag.cli; "
+        "print(sorted(m for m in ('cvdiag.middleware', 'cvdiag.httpx', 'cvdiag.scopes', "
+        "'starlette') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
