@@ -26,12 +26,12 @@ def tool(name: str) -> str:
 
 
 def test_ruff_check() -> None:
-    result = run(tool("ruff"), "check", "cvdiag", "tests", "benchmarks")
+    result = run(tool("ruff"), "check", "cvdiag", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_ruff_format() -> None:
-    result = run(tool("ruff"), "format", "--check", "cvdiag", "tests", "benchmarks")
+    result = run(tool("ruff"), "format", "--check", "cvdiag", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

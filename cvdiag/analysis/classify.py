@@ -437,9 +437,9 @@ def _client_abort(ctx: _Context) -> _Finding:
     calls = ""
     if f.calls:
         calls = (
-            " and its LLM call was answered"
+            " and its LLM call had ended"
             if len(f.calls) == 1
-            else (f" and all {len(f.calls)} LLM calls were answered")
+            else (f" and all {len(f.calls)} LLM calls had ended")
         )
     found.add(
         f"the client ended the stream ({ref.summary}) at {ctx.at(ref)}{calls}",
