@@ -196,12 +196,31 @@ _LADDER: Final = (
 )
 
 
+def _valid_utf8(value: Any) -> Any:
+    """A copy of a JSON-native value whose strings hold no lone surrogates (``\\udXXX`` text
+    instead), the one thing orjson refuses in what ``_json_safe`` hands it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {_valid_utf8(k): _valid_utf8(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_utf8(v) for v in value]
+    return value
+
+
 def serialize(envelope: Envelope, cap: int) -> tuple[bytes, Envelope]:
     """Serialize once; over ``cap`` bytes, walk the ladder until it fits, stamping ``_truncated``.
 
     Returns the bytes and the envelope they encode (a copy when the ladder changed anything).
+    A string holding a lone surrogate (decoded with ``surrogateescape``, or a JSON ``\\ud800``
+    escape) would make orjson refuse the whole envelope: such strings are escaped and the
+    envelope serialized again, off the hot path.
     """
-    data = orjson.dumps(envelope)
+    try:
+        data = orjson.dumps(envelope)
+    except orjson.JSONEncodeError:
+        envelope = _valid_utf8(envelope)
+        data = orjson.dumps(envelope)
     if len(data) <= cap:
         return data, envelope
     env = dict(envelope)

@@ -11,17 +11,33 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any, Final
+from urllib.parse import unquote
 
 REDACTED: Final = "[REDACTED]"
 #: Characters of input scanned; envelopes are at most 16 KiB, so more could never be shown.
 SCAN_LIMIT: Final = 16_384
 _MARKER_ROOM: Final = 32  # "…[unscanned:N]" fits in this, so a scrubbed string is never re-cut
 _CACHEABLE: Final = 64  # short strings (event types, names) repeat; their result is memoized
+#: Percent-encoding is undone at most this many times, looking for a credential it hides.
+_DECODE_ROUNDS: Final = 2
 
+
+def _spellings(*stems: str) -> tuple[str, ...]:
+    """``api key`` → api_key, api-key, apikey: the ways a two-word key name is written."""
+    return tuple(stem.replace(" ", sep) for stem in stems for sep in ("_", "-", ""))
+
+
+#: Key names whose value is a secret (compared case-insensitively). Literal words, so that the
+#: pattern built from them is a trie: one branch per character, whatever the number of names.
 _SENSITIVE_NAMES: Final = (
-    r"password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
-    r"|auth|authorization|credentials?|session[_-]?id|cookie|signature|sig"
-)
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "auth", "authorization",
+    "credential", "credentials", "cookie", "signature", "sig",
+    *_spellings("api key", "access key", "private key", "session id"),
+    # Keys that are secrets although their names say neither "secret" nor "token": Azure's
+    # AccountKey, Datadog's app key, and their kin.
+    *_spellings("account key", "app key", "application key", "master key", "signing key",
+                "encryption key", "client key", "shared key"),
+)  # fmt: skip
 
 # Whole-match redactions: the credential itself, wherever it stands. Prefixes distinctive enough
 # to be a credential even when glued to other text carry no word boundary.
@@ -50,18 +66,30 @@ _TOKENS: Final = re.compile(
             r"dop_v1_[a-f0-9]{16,}",
             r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{16,}",
             r"eyJ[A-Za-z0-9_\-]{6,}(?:\.[A-Za-z0-9_\-+/=]*){0,2}",
+            # SendGrid's fixed shape, glued to text too (the \bSG. form above needs a word start).
+            r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
+            r"whsec_[A-Za-z0-9+/=]{16,}",  # Stripe webhook signing secrets
+            # xAI, Perplexity, Replicate
+            r"xai-[A-Za-z0-9]{20,}|pplx-[A-Za-z0-9]{20,}|r8_[A-Za-z0-9]{20,}",
+            r"lin_api_[A-Za-z0-9]{20,}",  # Linear
+            r"ATATT[A-Za-z0-9_\-=]{20,}",  # Atlassian
+            r"NRAK-[A-Z0-9]{20,}",  # New Relic
+            r"hv[sbr]\.[A-Za-z0-9_\-]{20,}",  # HashiCorp Vault
+            r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{16,}",  # Doppler
+            r"AGE-SECRET-KEY-1[A-Z0-9]{20,}",  # age
+            r"1//0[A-Za-z0-9_\-]{20,}",  # Google OAuth refresh tokens
+            r"key-[0-9A-Za-z]{32,}",  # Mailgun
+            # Webhook URLs whose path is the credential; Telegram bot tokens (id:AA…).
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{8,}",
+            r"discord(?:app)?\.com/api/webhooks/[A-Za-z0-9_/\-]{8,}",
+            r"(?<=[0-9]):AA[A-Za-z0-9_\-]{30,}",
         )
     )
 )
 # Redactions that keep their context: the scheme, the header word, the key name.
 _BEARER: Final = re.compile(r"(?i)(bearer|\bbasic)(\s+)(?!\[REDACTED\])[^\s\"'<>,;]+")
 _USERINFO: Final = re.compile(r"(?i)([a-z][a-z0-9+.\-]{0,20}://)[^\s/?#@\"'<>]{1,512}@")
-# A key naming a secret directly followed by ``=`` or ``:`` (quoted or not): the value goes.
-# ``max_tokens=5`` keeps its value: the separator must follow the name at once.
-_KEY_VALUE: Final = re.compile(
-    r"(?i)(" + _SENSITIVE_NAMES + r")(\"?'?\s{0,4}[:=]\s{0,4})"
-    r"(?!\[REDACTED\])(?:\"[^\"\n]{0,1024}\"?|'[^'\n]{0,1024}'?|[^\s\"'&,;}<>]{1,1024})"
-)
+# The key-value pattern (``_KEY_VALUE``) is built below, once ``_trie_pattern`` is defined.
 
 
 # Every pattern above starts with one of these literals (compared lowercased). Most text holds
@@ -72,7 +100,9 @@ _HINT_WORDS: Final = (
     "glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glft-", "glimt-", "glcbt-", "gloas-", "xox",
     "xapp-", "hf_", "aiza", "ya29.", "npm_", "pypi-", "sq0", "sg.", "dop_v1_", "shpat_", "shpss_",
     "shpca_", "shppa_", "eyj", "bearer", "basic", "://", "password", "passwd", "pwd", "secret",
-    "token", "key", "auth", "credential", "session", "cookie", "sig",
+    "token", "key", "auth", "credential", "session", "cookie", "sig", "whsec_", "xai-", "pplx-",
+    "r8_", "lin_api_", "atatt", "nrak-", "hvs.", "hvb.", "hvr.", "dp.", "age-secret-key-", "1//0",
+    "hooks.slack.com/", "discord", ":aa", "passphrase",
 )  # fmt: skip
 
 
@@ -96,6 +126,12 @@ def _trie_pattern(words: tuple[str, ...]) -> str:
 
 
 _HINTS: Final = re.compile(_trie_pattern(_HINT_WORDS))
+# A key naming a secret directly followed by ``=`` or ``:`` (quoted or not): the value goes.
+# ``max_tokens=5`` keeps its value: the separator must follow the name at once.
+_KEY_VALUE: Final = re.compile(
+    r"(?i)(" + _trie_pattern(_SENSITIVE_NAMES) + r")(\"?'?\s{0,4}[:=]\s{0,4})"
+    r"(?!\[REDACTED\])(?:\"[^\"\n]{0,1024}\"?|'[^'\n]{0,1024}'?|[^\s\"'&,;}<>]{1,1024})"
+)
 
 
 def _keep_key(match: re.Match[str]) -> str:
@@ -103,16 +139,41 @@ def _keep_key(match: re.Match[str]) -> str:
 
 
 def _redact(text: str) -> str:
-    if _HINTS.search(text.lower()) is None:
-        return text
-    return _apply_patterns(text)
+    probe = text
+    for _ in range(_DECODE_ROUNDS + 1):
+        if _HINTS.search(probe.lower()) is not None:
+            return _apply_patterns(text)
+        if "%" not in probe:
+            return text
+        decoded = unquote(probe)
+        if decoded == probe:
+            return text
+        probe = decoded
+    return text
 
 
-def _apply_patterns(text: str) -> str:
+def _substitute(text: str) -> str:
     text = _TOKENS.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     return _KEY_VALUE.sub(_keep_key, text)
+
+
+def _apply_patterns(text: str) -> str:
+    """Every pattern, on the text and on its percent-decodings: a credential hidden under
+    percent-encoding (``https%3A%2F%2Fuser%3Apw%40host`` in a path, an encoded redirect URL in
+    an error message) is found there, and the decoded text is kept, redacted."""
+    out = probe = _substitute(text)
+    for _ in range(_DECODE_ROUNDS):
+        if "%" not in probe:
+            break
+        decoded = unquote(probe)
+        if decoded == probe:
+            break
+        probe = _substitute(decoded)
+        if probe != decoded:
+            out = probe
+    return out
 
 
 def _cut(text: str) -> tuple[str, int]:

@@ -10,6 +10,7 @@ import atexit
 import collections
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,6 +23,16 @@ from typing import IO, Any, Protocol, runtime_checkable
 from cvdiag.guard import record_failure
 
 PREFIX = b"CVDIAG "
+#: Outside strings orjson writes only ASCII, so escaping these keeps every line valid JSON.
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # outside the BMP: a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 @runtime_checkable
@@ -171,7 +182,14 @@ class StdoutSink(QueuedLineSink):
         stream = sys.stdout
         if stream is None:
             raise OSError("sys.stdout is None")
-        stream.write(data.decode("utf-8", "replace"))
+        text = data.decode("utf-8", "replace")
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
+            # console) would lose the whole batch over one accented name: write JSON's own
+            # \\uXXXX escapes instead, which every encoding can carry.
+            stream.write(_NON_ASCII.sub(_json_escape, text))
         stream.flush()
 
 
@@ -186,14 +204,26 @@ class FileSink(QueuedLineSink):
     def _write_bytes(self, data: bytes) -> None:
         if self._file is None:
             self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the sink's life
-        self._file.write(data)
-        self._file.flush()
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except BaseException:
+            # The batch is lost (and counted); let the next one reopen the file, which heals a
+            # descriptor closed or a disk filled under us.
+            self._close_file()
+            raise
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()  # flushes: may fail like the writes did; it is closed regardless
+            except Exception as exc:
+                record_failure("sink", exc)
 
     def close(self) -> None:
         super().close()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close_file()
 
 
 class LoggingSink(_Sink):
