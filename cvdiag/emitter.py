@@ -37,7 +37,10 @@ _MAX_DURATION: Final = 2**53
 def _duration(value: float | int | None) -> int | None:
     if value is None:
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # an object, "soon", 10**400: no duration
+        return None
     if not math.isfinite(number):
         return None
     return max(0, min(round(number), _MAX_DURATION))

@@ -53,6 +53,13 @@ def adopt_test_id(raw: str | bytes | None) -> str:
 
 
 def sanitize_slug(raw: str | bytes | None) -> str | None:
-    """A slug matching ``^[a-z][a-z0-9-]{0,63}$``, or None when nothing usable is left."""
-    text = _NOT_SLUG.sub("-", _text(raw).strip().lower()).lstrip("-0123456789")[:64].rstrip("-")
+    """A slug matching ``^[a-z][a-z0-9-]{0,63}$``, or None when nothing usable is left.
+
+    A value holding a credential is never a slug: it would be copied into every envelope of the
+    request, lowercased but otherwise intact.
+    """
+    text = _text(raw).strip()
+    if scrub(text) != text:
+        return None
+    text = _NOT_SLUG.sub("-", text.lower()).lstrip("-0123456789")[:64].rstrip("-")
     return text if _SLUG.fullmatch(text) else None

@@ -79,7 +79,8 @@ _TRACED: Final = frozenset({"http", "websocket"})
 
 
 def _ms_since(start: float) -> float:
-    return round((time.perf_counter() - start) * 1000, 3)
+    # Never negative, even if the clock is stepped back (or patched) under a request.
+    return max(0.0, round((time.perf_counter() - start) * 1000, 3))
 
 
 def _text(raw: bytes | str, limit: int) -> str:
@@ -573,7 +574,7 @@ class CvdiagMiddleware:
         self._emitter = Emitter(settings) if settings is not None else None
         self._slug = sanitize_slug(slug) if slug is not None else None
         if slug is not None and self._slug is None:
-            say(f"CvdiagMiddleware: slug {slug[:64]!r} is not a valid slug; ignored")
+            say(f"CvdiagMiddleware: slug {scrub(slug)[:64]!r} is not a valid slug; ignored")
         exact: set[str] = set()
         patterns: list[re.Pattern[str]] = []
         for item in (

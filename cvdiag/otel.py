@@ -18,6 +18,9 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span, SpanKind
 from opentelemetry.trace.status import Status, StatusCode
 
+from cvdiag.guard import record_failure
+from cvdiag.scrub import scrub
+
 if TYPE_CHECKING:
     from cvdiag.context import RequestContext
 
@@ -38,6 +41,12 @@ def _attribute(value: Any) -> Any:
 def flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Envelope metadata as span attributes: nulls dropped, nested values as JSON text."""
     return {key: _attribute(value) for key, value in metadata.items() if value is not None}
+
+
+def _scrubbed(value: str, limit: int = 256) -> str:
+    """Names and paths as span names and attributes get them: scrubbed and bounded, like every
+    string an envelope carries (an agent named after its user's API key is not unheard of)."""
+    return scrub(value)[:limit]
 
 
 def _tracing_configured() -> bool:
@@ -106,49 +115,68 @@ class OtelBridge:
         if current.get_span_context().is_valid and current.is_recording():
             yield current, False
             return
-        parent = propagate.extract(scope, getter=_SCOPE_HEADERS)
-        method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
-        span = self._tracer.start_span(
-            str(method)[:32],
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=server_attributes(scope),
-        )
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        # A span processor or sampler that raises must not reach the request: guarded, and the
+        # yield stays outside any except clause (the app's own exceptions pass through it).
+        started: tuple[Span, object] | None = None
+        try:
+            parent = propagate.extract(scope, getter=_SCOPE_HEADERS)
+            method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
+            span = self._tracer.start_span(
+                str(method)[:32],
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes=server_attributes(scope),
+            )
+            started = span, otel_context.attach(trace.set_span_in_context(span, parent))
+        except Exception as exc:
+            record_failure("otel", exc)
+        if started is None:
+            yield trace.INVALID_SPAN, False
+            return
+        span, token = started
         try:
             yield span, True
         finally:
-            otel_context.detach(token)
-            span.end()
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+                span.end()
+            except Exception as exc:
+                record_failure("otel", exc)
 
     def start_span(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
         """A started span under the current one; the caller makes it current and ends it."""
         if not _tracing_configured():
             return None
-        return self._tracer.start_span(
-            name, kind=kind, attributes={k: v for k, v in attributes.items() if v is not None}
-        )
+        try:
+            return self._tracer.start_span(
+                name, kind=kind, attributes={k: v for k, v in attributes.items() if v is not None}
+            )
+        except Exception as exc:  # a failing processor costs the span, never the scope
+            record_failure("otel", exc)
+            return None
 
     def start_agent_span(self, agent_name: str, model_id: str | None) -> Span | None:
         """``invoke_agent {agent_name}``, INTERNAL, per the GenAI semantic conventions."""
+        agent_name = _scrubbed(agent_name)
         return self.start_span(
             f"invoke_agent {agent_name}",
             SpanKind.INTERNAL,
             {
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": agent_name,
-                "gen_ai.request.model": model_id,
+                "gen_ai.request.model": None if model_id is None else _scrubbed(model_id),
             },
         )
 
     def start_llm_span(self, provider: str, model: str) -> Span | None:
         """``chat {model}``, CLIENT, per the GenAI semantic conventions."""
+        model = _scrubbed(model)
         return self.start_span(
             f"chat {model}",
             SpanKind.CLIENT,
             {
                 "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": provider,
+                "gen_ai.provider.name": _scrubbed(provider),
                 "gen_ai.request.model": model,
             },
         )
@@ -177,8 +205,8 @@ class OtelBridge:
     ) -> None:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
+            "gen_ai.provider.name": _scrubbed(provider),
+            "gen_ai.request.model": _scrubbed(model),
         }
         if error_type is not None:
             attributes["error.type"] = error_type
@@ -264,7 +292,7 @@ def server_attributes(scope: Mapping[str, Any]) -> dict[str, Any]:
     server: Sequence[Any] | None = scope.get("server")
     attributes: dict[str, Any] = {
         "http.request.method": scope.get("method", "GET"),
-        "url.path": scope.get("path", ""),
+        "url.path": _scrubbed(str(scope.get("path", "")), 2048),
         "url.scheme": scope.get("scheme", "http"),
         "network.protocol.version": scope.get("http_version", "1.1"),
     }

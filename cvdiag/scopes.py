@@ -132,11 +132,14 @@ class _Scope:
         span, self._otel_span = self._otel_span, None
         if span is None:
             return
-        if isinstance(exc, Exception):
-            from cvdiag.otel import OtelBridge
+        try:
+            if isinstance(exc, Exception):
+                from cvdiag.otel import OtelBridge
 
-            OtelBridge.fail(span, exc)
-        span.end()
+                OtelBridge.fail(span, exc)
+            span.end()
+        except Exception as failure:  # a failing span processor costs the span, nothing else
+            record_failure("otel", failure)
 
     # -- guarded steps: cvdiag's own failures never reach the host ---------------------------
 
@@ -426,7 +429,7 @@ class AgentScope(_Scope):
             emitter,
             "backend.agent.exit",
             outcome=outcome,
-            metadata={"terminal_outcome": terminal, "total_duration_ms": round(elapsed)},
+            metadata={"terminal_outcome": terminal, "total_duration_ms": max(0, round(elapsed))},
             duration_ms=elapsed,
             context=outer,
             parent_span_id=outer.span_id,

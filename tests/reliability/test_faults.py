@@ -397,11 +397,6 @@ def test_monotonic_time_jumps(
     assert failure_counts() == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="middleware.py and scopes.py report negative durations when the clock steps back "
-    "(fix proposed in docs/reliability.md and the report of issue 8)",
-)
 def test_durations_are_never_negative_when_the_clock_jumps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -565,11 +560,6 @@ def test_an_opentelemetry_exporter_raises(failure_counts: FailureCounts) -> None
     assert failure_counts() == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="middleware.py: the bridge's server span is started and ended outside the guard, so "
-    "a span processor that raises turns every request into a 500 (fix in the report of issue 8)",
-)
 def test_an_opentelemetry_span_processor_raises() -> None:
     _, _, processor = failing_sdk()
     memory = MemorySink(maxlen=None)

@@ -225,11 +225,6 @@ def test_no_secret_reaches_any_sink(sinks: Sinks) -> None:
     assert found == {sink: [] for sink in outputs}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ids.py: sanitize_slug lowercases and keeps [a-z0-9-] but never scrubs, so a "
-    "credential sent as x-aimock-context becomes the envelope's slug (fix in the issue 8 report)",
-)
 def test_no_secret_in_the_slug_header(sinks: Sinks) -> None:
     sinks.redirect()
 
@@ -243,11 +238,6 @@ def test_no_secret_in_the_slug_header(sinks: Sinks) -> None:
     assert leaks("\n".join(e["slug"] for e in sinks.memory.envelopes)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="otel.py: span names and attributes (url.path, gen_ai.agent.name, gen_ai.request.model,"
-    " gen_ai.provider.name) carry raw, unscrubbed text (fix in the issue 8 report)",
-)
 def test_no_secret_in_opentelemetry_span_names_or_attributes(sinks: Sinks) -> None:
     sinks.redirect()
 
