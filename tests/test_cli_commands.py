@@ -14,20 +14,8 @@ import orjson
 import pytest
 
 from cvdiag import cli
+from tests.support.cli import cvdiag
 from tests.test_analysis_support import STORIES, Story, healthy, stalled, write_log
-
-
-def cvdiag(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "cvdiag", *args],
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        timeout=60,
-    )
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
 
 
 def one_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:

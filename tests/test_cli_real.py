@@ -9,7 +9,6 @@ import asyncio
 import gzip
 import json
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from cvdiag import (
     flush,
     llm_call,
 )
+from tests.support.cli import cvdiag
 from tests.support.servers import serve_uvicorn
 
 FAKE_KEY = "sk-test-12345"
@@ -179,19 +179,6 @@ def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         configure(Settings(), sinks=[MemorySink()])
     return path
-
-
-def cvdiag(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "cvdiag", *args],
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        timeout=60,
-    )
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:

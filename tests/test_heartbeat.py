@@ -17,13 +17,10 @@ import pytest
 
 from cvdiag import LLMCall, MemorySink, llm_call
 from cvdiag.heartbeat import HeartbeatScheduler, scheduler
+from tests.support.requests import of
 
 Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
-
-
-def of(sink: MemorySink, boundary: str) -> list[Envelope]:
-    return [env for env in list(sink.envelopes) if env["boundary"] == boundary]
 
 
 def beats_of(sink: MemorySink, call: LLMCall) -> list[Envelope]:

@@ -7,7 +7,6 @@ the fake provider (OpenAI- and Anthropic-shaped answers with usage).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib
 import os
@@ -15,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -33,9 +33,9 @@ from cvdiag import (
     instrument_httpx,
     llm_call,
 )
-from cvdiag.context import reset_context, set_context
-from cvdiag.ids import new_span_id, new_uuid7
 from tests.support.fake_provider import FakeProvider
+from tests.support.requests import in_request as request_context
+from tests.support.requests import of, one
 from tests.support.servers import free_port, serve_uvicorn
 
 Capture = Callable[..., MemorySink]
@@ -157,24 +157,10 @@ async def make_client(request: pytest.FixtureRequest) -> AsyncIterator[Callable[
         await client.close()
 
 
-@contextlib.contextmanager
-def in_request(test_id: str = "req-7", slug: str = "my-demo") -> Iterator[RequestContext]:
-    ctx = RequestContext(test_id=test_id, trace_id=new_uuid7(), slug=slug, span_id=new_span_id())
-    token = set_context(ctx)
-    try:
-        yield ctx
-    finally:
-        reset_context(token)
-
-
-def of(sink: MemorySink, boundary: str) -> list[Envelope]:
-    return [env for env in list(sink.envelopes) if env["boundary"] == boundary]
-
-
-def one(sink: MemorySink, boundary: str) -> Envelope:
-    found = of(sink, boundary)
-    assert len(found) == 1, [env["boundary"] for env in list(sink.envelopes)]
-    return found[0]
+def in_request(
+    test_id: str = "req-7", slug: str = "my-demo"
+) -> AbstractContextManager[RequestContext]:
+    return request_context(test_id, slug)
 
 
 async def wait_for(sink: MemorySink, boundary: str, timeout: float = 10.0) -> list[Envelope]:

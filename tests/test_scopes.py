@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -20,34 +19,12 @@ from cvdiag import (
     current_context,
     llm_call,
 )
-from cvdiag.context import reset_context, set_context
 from cvdiag.heartbeat import scheduler
-from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.scopes import current_llm_call
+from tests.support.requests import in_request, of, one
 
 Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
-
-
-@contextlib.contextmanager
-def in_request(test_id: str = "req-1", slug: str = "demo-app") -> Iterator[RequestContext]:
-    """What the middleware does for a request: a context whose span is the ingress span."""
-    ctx = RequestContext(test_id=test_id, trace_id=new_uuid7(), slug=slug, span_id=new_span_id())
-    token = set_context(ctx)
-    try:
-        yield ctx
-    finally:
-        reset_context(token)
-
-
-def of(sink: MemorySink, boundary: str) -> list[Envelope]:
-    return [env for env in list(sink.envelopes) if env["boundary"] == boundary]
-
-
-def one(sink: MemorySink, boundary: str) -> Envelope:
-    found = of(sink, boundary)
-    assert len(found) == 1, [env["boundary"] for env in list(sink.envelopes)]
-    return found[0]
 
 
 # --- agent_scope ------------------------------------------------------------------------------
