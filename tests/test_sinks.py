@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -38,6 +39,27 @@ def test_stdout_sink_writes_whole_lines_in_order(monkeypatch: pytest.MonkeyPatch
     em.flush()
     envs = lines_of(stream.getvalue())
     assert [e["metadata"]["message_scrubbed"] for e in envs] == [str(i) for i in range(300)]
+
+
+def test_the_writer_wakes_once_per_burst_not_once_per_line(tmp_path: Path) -> None:
+    # A line now and then, the producer idle in between (an envelope per request): the writer
+    # lets them gather and writes them together instead of waking, and taking the GIL, per line.
+    class CountingFileSink(FileSink):
+        writes = 0
+
+        def _write_bytes(self, data: bytes) -> None:
+            self.writes += 1
+            super()._write_bytes(data)
+
+    sink = CountingFileSink(tmp_path / "out.log")
+    sink.LINGER = 0.5  # far longer than the burst below, so the count cannot depend on load
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    for i in range(20):
+        em.emit("backend.error.caught", metadata={"message_scrubbed": str(i)})
+        time.sleep(0.001)  # the GIL is free: a writer woken per line would write each alone
+    em.flush()
+    assert len(lines_of((tmp_path / "out.log").read_text())) == 20
+    assert sink.writes == 1
 
 
 def test_wedged_stdout_drops_oldest_and_accounts(monkeypatch: pytest.MonkeyPatch) -> None:
