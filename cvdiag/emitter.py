@@ -7,6 +7,7 @@ raises: a failure is counted and reported once on stderr.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -72,7 +73,8 @@ class Emitter:
                 if self.enabled:
                     install_exit_hooks()
         self._set_tier(self.settings.tier)
-        self._debug_count = 0
+        #: Envelopes emitted at the debug tier, and when the first was.
+        self._debug_count = itertools.count(1)
         self._debug_started: float | None = None
         self._lock = threading.Lock()
         self.emitted = 0
@@ -123,7 +125,11 @@ class Emitter:
         parent_span_id: str | _Inherit | None = INHERIT,
         edge_headers: Mapping[str, str | None] | None = None,
     ) -> None:
-        """Emit one boundary. ``context`` defaults to the current request's."""
+        """Emit one boundary. ``context`` defaults to the current request's.
+
+        This is the hot path of every tier (the debug tier runs it once per SSE event), so it is
+        written flat: one function from the gate to the sinks, no helper for the common case.
+        """
         if not self.enabled:
             return
         try:
@@ -135,57 +141,35 @@ class Emitter:
                 return
             if self._tier is Tier.DEBUG and self._spend_debug_budget() and tier > self._tier:
                 return
-            self._emit(
+            ctx = context if context is not None else _CURRENT.get()
+            if ctx is None:
+                ctx = RequestContext(test_id=new_uuid7(), trace_id=self.new_trace_id())
+            if outcome not in OUTCOMES:
+                record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
+                outcome = "info"
+            meta, dropped = _envelope.closed_metadata(boundary, metadata)
+            env = _envelope.build(
                 boundary,
-                outcome,
-                metadata,
-                duration_ms,
-                context,
-                span_id,
-                parent_span_id,
-                edge_headers,
+                outcome=outcome,
+                metadata=meta,
+                duration_ms=None if duration_ms is None else _duration(duration_ms),
+                context=ctx,
+                span_id=span_id or new_span_id(),
+                parent_span_id=(
+                    ctx.span_id if parent_span_id.__class__ is _Inherit else parent_span_id  # type: ignore[arg-type]
+                ),
+                edge_headers=_envelope.NULL_EDGE_HEADERS if edge_headers is None else edge_headers,
             )
+            if dropped:
+                env["_metadata_dropped"] = True
+                self.metadata_dropped += 1
+            line, env = _envelope.serialize(env, self._cap)
+            if "_truncated" in env:
+                self.truncated += 1
+            self.emitted += 1
         except Exception as exc:
             record_failure("emit", exc)
-
-    def _emit(
-        self,
-        boundary: str,
-        outcome: str,
-        metadata: Mapping[str, Any] | None,
-        duration_ms: float | int | None,
-        context: RequestContext | None,
-        span_id: str | None,
-        parent_span_id: str | _Inherit | None,
-        edge_headers: Mapping[str, str | None] | None,
-    ) -> None:
-        ctx = context if context is not None else _CURRENT.get()
-        if ctx is None:
-            ctx = RequestContext(test_id=new_uuid7(), trace_id=self.new_trace_id())
-        if outcome not in OUTCOMES:
-            record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
-            outcome = "info"
-        meta, dropped = _envelope.closed_metadata(boundary, metadata)
-        env = _envelope.build(
-            boundary,
-            outcome=outcome,
-            metadata=meta,
-            duration_ms=_duration(duration_ms),
-            test_id=ctx.test_id,
-            trace_id=ctx.trace_id,
-            span_id=span_id or new_span_id(),
-            parent_span_id=ctx.span_id if isinstance(parent_span_id, _Inherit) else parent_span_id,
-            slug=ctx.slug,
-            demo=ctx.demo,
-            edge_headers=_envelope.NULL_EDGE_HEADERS if edge_headers is None else edge_headers,
-        )
-        if dropped:
-            env["_metadata_dropped"] = True
-            self.metadata_dropped += 1
-        line, env = _envelope.serialize(env, self._cap)
-        if "_truncated" in env:
-            self.truncated += 1
-        self.emitted += 1
+            return
         for sink in self.sinks:
             try:
                 sink.write(env, line)
@@ -195,55 +179,54 @@ class Emitter:
     def _spend_debug_budget(self) -> bool:
         """DEBUG is bounded: past its time or envelope budget, fall back for good, once.
 
-        Returns whether the tier changed, so the envelope at hand is gated again.
+        Returns whether the tier changed, so the envelope at hand is gated again. Lock-free on
+        the way through (``next()`` on a counter is atomic); the lock is taken only to fall back.
         """
+        count = next(self._debug_count)
         now = time.monotonic()
+        started = self._debug_started
+        if started is None:
+            started = self._debug_started = now
+        if (
+            count <= self.settings.debug_max_envelopes
+            and now - started <= self.settings.debug_max_seconds
+        ):
+            return False
+        return self._fall_back(count, now - started)
+
+    def _fall_back(self, count: int, elapsed: float) -> bool:
         with self._lock:
             if self._tier is not Tier.DEBUG:
-                return True
-            if self._debug_started is None:
-                self._debug_started = now
-            self._debug_count += 1
-            elapsed = now - self._debug_started
-            if elapsed > self.settings.debug_max_seconds:
-                reason = "debug_time_bound"
-            elif self._debug_count > self.settings.debug_max_envelopes:
-                reason = "debug_envelope_bound"
-            else:
-                return False
+                return True  # another thread fell back first
+            reason = (
+                "debug_time_bound"
+                if elapsed > self.settings.debug_max_seconds
+                else "debug_envelope_bound"
+            )
             self._set_tier(self.settings.debug_fallback_tier)
-        self._emit(
+        self.emit(
             "cvdiag.purge_audit",
-            "info",
-            {
+            metadata={
                 "reason": reason,
                 "from_tier": Tier.DEBUG.label,
                 "to_tier": self._tier.label,
-                "envelope_count": self._debug_count - 1,
+                "envelope_count": count - 1,
                 "elapsed_ms": elapsed * 1000,
             },
-            None,
-            None,
-            None,
-            None,
-            None,
+            parent_span_id=None,
         )
         return True
 
     def _queue_dropped_line(self, count: int) -> bytes | None:
         """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""
-        ctx = RequestContext(test_id=new_uuid7(), trace_id=new_uuid7())
         env = _envelope.build(
             "cvdiag.queue_dropped",
             outcome="info",
             metadata={"dropped_count": count},
             duration_ms=None,
-            test_id=ctx.test_id,
-            trace_id=ctx.trace_id,
+            context=RequestContext(test_id=new_uuid7(), trace_id=new_uuid7()),
             span_id=new_span_id(),
             parent_span_id=None,
-            slug=ctx.slug,
-            demo=ctx.demo,
             edge_headers=_envelope.NULL_EDGE_HEADERS,
         )
         return _envelope.serialize(env, self._cap)[0]

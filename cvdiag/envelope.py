@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import orjson
 
+from cvdiag.context import RequestContext
 from cvdiag.schema import EDGE_HEADER_KEYS, LAYER, METADATA_KEYS, SCHEMA_VERSION
 from cvdiag.scrub import scrub, scrub_text
 
@@ -81,6 +82,17 @@ def closed_metadata(
         if key not in allowed:
             dropped = True
             continue
+        # Counts, sizes, durations and short names are most of what producers send: settle them
+        # here rather than in a call to _json_safe.
+        kind = value.__class__
+        if (kind is int and _INT_MIN <= value <= _INT_MAX) or (
+            kind is float and value - value == 0
+        ):
+            out[key] = value  # x - x is 0.0 for every finite float, NaN for inf and NaN
+            continue
+        if kind is str:
+            out[key] = scrub_text(value)
+            continue
         try:
             out[key] = _json_safe(value, 1)
         except Exception:
@@ -89,21 +101,22 @@ def closed_metadata(
 
 
 class _Clock:
-    """UTC ISO-8601 timestamps with milliseconds; the per-second prefix is formatted once."""
+    """UTC ISO-8601 timestamps with milliseconds, formatted once per millisecond: envelopes come
+    in bursts (a debug-tier stream emits one per event), and a burst shares its stamp."""
 
-    __slots__ = ("_prefix", "_second")
+    __slots__ = ("_ms", "_text")
 
     def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
+        self._ms = -1
+        self._text = ""
 
     def now(self) -> str:
-        ns = time.time_ns()
-        second, rest = divmod(ns, 1_000_000_000)
-        if second != self._second:
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._prefix}.{rest // 1_000_000:03d}Z"
+        ms = time.time_ns() // 1_000_000
+        if ms != self._ms:
+            second, rest = divmod(ms, 1000)
+            self._text = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(second))}.{rest:03d}Z"
+            self._ms = ms  # a race between threads costs a millisecond at worst, never a bad stamp
+        return self._text
 
 
 _clock = _Clock()
@@ -115,15 +128,13 @@ def build(
     outcome: str,
     metadata: dict[str, Any],
     duration_ms: int | None,
-    test_id: str,
-    trace_id: str,
+    context: RequestContext,
     span_id: str,
     parent_span_id: str | None,
-    slug: str,
-    demo: str,
     edge_headers: Mapping[str, str | None],
 ) -> Envelope:
     """The envelope dict, keys in schema order. Inputs are already closed, scrubbed and bounded."""
+    test_id, trace_id, slug, demo, _ = context
     return {
         "schema_version": SCHEMA_VERSION,
         "test_id": test_id,
