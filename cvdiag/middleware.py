@@ -63,8 +63,8 @@ _DEMO_CACHE_PATH: Final = 128
 _CONTENT_LENGTH: Final = b"content-length"
 _CONTENT_TYPE: Final = b"content-type"
 _SSE_TYPE: Final = b"text/event-stream"
-#: Below the debug tier, SSE chunks up to this size are held by reference, this many at most,
-#: and counted in one pass: at most 64 KiB held per request.
+#: Below the debug tier, mid-stream chunks up to this size are held by reference, this many at
+#: most, and counted in one pass: at most 64 KiB held per request.
 _HOLD_CHUNK: Final = 2048
 _HOLD_CHUNKS: Final = 32
 #: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
@@ -199,20 +199,27 @@ class _Exchange:
             )
 
     def event(self, event_type: str, size: int) -> None:
-        self._emit(
+        """Emit one stream event (debug tier) and count it."""
+        sequence = self.event_count
+        self.event_count = sequence + 1
+        self.emitter.emit(
             "backend.sse.event",
-            "info",
-            {
+            metadata={
                 "event_type": event_type,
                 "payload_size_bytes": size,
-                "sequence_num": self.event_count,
+                "sequence_num": sequence,
             },
+            context=self.ctx,
         )
+
+    def settle(self) -> None:
+        """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
     def complete(self) -> None:
         if self.terminal:
             return
         self.terminal = True
+        self.settle()
         total = _ms_since(self.start)
         status = self.status
         self.emitter.emit(
@@ -233,6 +240,7 @@ class _Exchange:
         if self.terminal:
             return
         self.terminal = True
+        self.settle()
         if self.emitter.otel is not None:
             self.emitter.otel.record_abort(termination_kind)
         self.emitter.emit(
@@ -289,7 +297,14 @@ class _Exchange:
 
 
 class _HTTPExchange(_Exchange):
-    """One HTTP request: ingress → [first_byte → event…] → complete | aborted | error.caught."""
+    """One HTTP request: ingress → [first_byte → event…] → complete | aborted | error.caught.
+
+    Body chunks are looked at one by one only where the tier needs it: the debug tier names each
+    event as it is sent, the verbose tier times the first byte. Otherwise a mid-stream chunk is
+    only held, by reference, and the held chunks are counted in one pass when a batch is full,
+    when a chunk is large, and when the body ends: a stream's bookkeeping is one list append per
+    chunk, because per-chunk Python is what a streaming middleware pays for most.
+    """
 
     __slots__ = ("body_done", "counter", "held", "parser", "streaming")
 
@@ -306,11 +321,11 @@ class _HTTPExchange(_Exchange):
         super().__init__(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
         self.body_done = False
         self.streaming = False  # some body message said more_body=True
-        #: SSE below the debug tier: small chunks held (by reference) and counted in batches.
+        #: Mid-stream chunks not looked at yet (immutable ``bytes`` only: an app could reuse a
+        #: bytearray); None while every chunk must be looked at as it is sent.
         self.held: list[bytes] | None = None
-        self.counter: SSECounter | None = None
-        #: SSE at the debug tier: every event is named, sized and emitted as it is sent.
-        self.parser: SSEParser | None = None
+        self.counter: SSECounter | None = None  # an SSE body's event count, below debug
+        self.parser: SSEParser | None = None  # an SSE body's named events, at debug
 
     async def receive(self) -> Message:
         message = await self._receive()
@@ -326,40 +341,28 @@ class _HTTPExchange(_Exchange):
             if self.active:
                 self._send_failed(exc)
             raise
-        if not self.active:
-            return
-        # The hot path: one pass per body chunk, inline, doing only what the tier needs.
-        try:
-            if message["type"] != "http.response.body":
-                self._sent_other(message)
+        held = self.held
+        if held is not None:
+            # The hot path. Only body messages carry a "body"; the last one (no more_body), a
+            # large or mutable chunk and a full batch take the long way below.
+            body = message.get("body")
+            if (
+                body.__class__ is bytes
+                and message.get("more_body")
+                and len(body) <= _HOLD_CHUNK
+                and len(held) < _HOLD_CHUNKS
+            ):
+                held.append(body)
                 return
-            body = message.get("body", b"")
-            more = message.get("more_body", False)
-            if body:
-                size = len(body)
-                self.bytes_sent += size
-                held = self.held
-                if held is not None:
-                    # Only immutable bytes may be held: an app could reuse a bytearray.
-                    if size <= _HOLD_CHUNK and len(held) < _HOLD_CHUNKS and type(body) is bytes:
-                        held.append(body)
-                    else:
-                        self._count_held(bytes(body))
-                if more or self.streaming:
-                    if not self.first_byte_seen:
-                        self.first_byte()
-                    if held is None:
-                        self._chunk(body if type(body) is bytes else bytes(body), size)
-                elif self.parser is not None:
-                    # The whole SSE body in one message: not a stream, but its events count.
-                    self.event_count += len(self.parser.feed(bytes(body)))
-            if more:
-                self.streaming = True
-            elif not self.body_done:
-                self.body_done = True
-                self._body_finished()
-        except Exception as exc:
-            self.broken(exc)
+        if self.active:
+            try:
+                self._sent(message)
+            except Exception as exc:
+                self.broken(exc)
+
+    def broken(self, exc: BaseException) -> None:
+        self.held = None
+        super().broken(exc)
 
     def _send_failed(self, exc: BaseException) -> None:
         # OSError (uvicorn's ClientDisconnected is one) means the client is gone; anything else
@@ -371,51 +374,78 @@ class _HTTPExchange(_Exchange):
             except Exception as failure:
                 self.broken(failure)
 
-    def _sent_other(self, message: Message) -> None:
+    def _sent(self, message: Message) -> None:
         kind = message["type"]
-        if kind == "http.response.start":
-            self.started = True
-            self.status = int(message.get("status", 0))
-            content_type = self.response_headers(message.get("headers") or ())
-            if content_type is not None and content_type[:17].lower() == _SSE_TYPE:
-                if self.allow_events:
-                    self.parser = SSEParser()
-                else:
-                    self.counter = SSECounter()
-                    self.held = []
+        if kind == "http.response.body":
+            self._body(message.get("body", b""), bool(message.get("more_body", False)))
+        elif kind == "http.response.start":
+            self._start(message)
         elif kind == "http.response.pathsend" and not self.body_done:
             self.body_done = True
             self._body_finished()
 
-    def _count_held(self, body: bytes = b"") -> None:
-        """Count the held chunks (and ``body``) in one pass: far cheaper than chunk by chunk."""
-        held = self.held
-        counter = self.counter
-        if held is None or counter is None:
+    def _start(self, message: Message) -> None:
+        self.started = True
+        self.status = int(message.get("status", 0))
+        content_type = self.response_headers(message.get("headers") or ())
+        sse = content_type is not None and content_type[:17].lower() == _SSE_TYPE
+        if self.allow_events:
+            if sse:
+                self.parser = SSEParser()
             return
-        if held:
-            held.append(body)
-            body = b"".join(held)
-            held.clear()
-        if body:
-            self.event_count += counter.feed(bytes(body))
+        if sse:
+            self.counter = SSECounter()
+        if not self.allow_first_byte:
+            self.held = []  # nothing to see chunk by chunk: batch from the first one
 
-    def _chunk(self, body: bytes, size: int) -> None:
-        if self.parser is not None:
-            for event in self.parser.feed(body):
-                self.event(event.event_type, event.size)
-                self.event_count += 1
-        else:
-            # A stream that is not SSE: each chunk is an event.
-            if self.allow_events:
-                self.event("chunk", size)
-            self.event_count += 1
+    def _body(self, body: bytes, more: bool) -> None:
+        if body.__class__ is not bytes:
+            body = bytes(body)
+        if self.held:
+            self.settle()  # what is held was sent before this chunk
+        if body:
+            streaming = more or self.streaming
+            if streaming and not self.first_byte_seen:
+                self.first_byte()
+                if not self.allow_events:
+                    self.held = []  # the first byte is timed: batch the chunks that follow
+            self.bytes_sent += len(body)
+            if self.parser is not None:
+                if streaming:
+                    for event in self.parser.feed(body):
+                        self.event(event.event_type, event.size)
+                else:  # the whole SSE body in one message: not a stream, but its events count
+                    self.event_count += len(self.parser.feed(body))
+            elif self.counter is not None:
+                self.event_count += self.counter.feed(body)
+            elif streaming:  # a stream that is not SSE: each chunk is an event
+                if self.allow_events:
+                    self.event("chunk", len(body))
+                else:
+                    self.event_count += 1
+        if more:
+            self.streaming = True
+        elif not self.body_done:
+            self.body_done = True
+            self._body_finished()
+
+    def settle(self) -> None:
+        """Count the held chunks in one pass: far cheaper than chunk by chunk."""
+        held = self.held
+        if not held:
+            return
+        data = b"".join(held)
+        self.bytes_sent += len(data)
+        if self.counter is not None:
+            self.event_count += self.counter.feed(data)
+        else:  # held chunks are all mid-stream: each non-empty one is an event
+            self.event_count += len(held) - held.count(b"")
+        held.clear()
 
     def _body_finished(self) -> None:
         if self.disconnected or self.send_error is not None:
             self.abort("client_disconnect")  # the server dropped what followed the disconnect
         else:
-            self._count_held()
             self.complete()
 
     def end(self, kind: str | None, exc: BaseException | None) -> None:
@@ -487,9 +517,9 @@ class _WebSocketExchange(_Exchange):
             if not self.first_byte_seen:
                 self.first_byte()
             if self.allow_events:
-                event_type = "bytes" if text is None else (json_type(text) or "text")
-                self.event(event_type, size)
-            self.event_count += 1
+                self.event("bytes" if text is None else (json_type(text) or "text"), size)
+            else:
+                self.event_count += 1
         elif kind == "websocket.accept":
             self.started = True
             self.status = 101

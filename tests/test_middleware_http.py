@@ -142,6 +142,16 @@ async def test_a_stream_that_is_not_sse_counts_chunks(capture: Capture) -> None:
     assert only(envelopes, "backend.response.complete")["metadata"]["sse_event_count"] == 3
 
 
+@pytest.mark.parametrize("tier", ["default", "verbose"])
+async def test_a_stream_that_is_not_sse_counts_chunks_below_debug(
+    capture: Capture, tier: str
+) -> None:
+    sink = capture(tier)
+    await call(make_app(), http_scope("/chunks"))
+    complete = only(list(sink.envelopes), "backend.response.complete")["metadata"]
+    assert (complete["sse_event_count"], complete["content_length"]) == (3, 11)
+
+
 async def test_events_are_counted_per_event_not_per_chunk(capture: Capture) -> None:
     sink = capture("debug")
     app = CvdiagMiddleware(
@@ -251,6 +261,31 @@ async def test_error_mid_stream_is_error_caught_then_chunk_error(capture: Captur
     )
     assert len(terminals(envelopes)) == 1
     assert FAKE_KEY not in str(envelopes)
+
+
+@pytest.mark.parametrize("tier", ["default", "verbose", "debug"])
+async def test_an_abort_accounts_for_every_chunk_sent_before_it(
+    capture: Capture, tier: str
+) -> None:
+    # Below the debug tier mid-stream chunks are only held and counted in batches: a terminal
+    # must still see every byte that went out before it.
+    events = [b"data: %d\n\n" % i for i in range(5)]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        raise RuntimeError("stream broke")
+
+    sink = capture(tier)
+    with pytest.raises(RuntimeError):
+        await call(CvdiagMiddleware(app), http_scope("/"))
+    aborted = only(list(sink.envelopes), "backend.sse.aborted")["metadata"]
+    assert aborted == {
+        "termination_kind": "chunk_error",
+        "bytes_before_abort": len(b"".join(events)),
+    }
 
 
 async def test_error_after_the_response_is_reported_without_a_second_terminal(
