@@ -10,6 +10,9 @@ no network. Variants, interleaved in every round (the order rotates from round t
   (c) default tier, (d) verbose tier, (e) debug tier (each middleware owning its emitter)
   (f) opentelemetry-instrumentation-asgi, SDK tracer provider, in-memory exporter
   (g) verbose tier with the OpenTelemetry bridge on (same SDK provider, set globally)
+  (h) the floor: not cvdiag, but the least any middleware doing this job must do per request:
+      wrap ``send`` (its terminal comes after the final body message), set a context variable,
+      mint a uuid6 trace id and queue one orjson line. What (c) costs above (h) is cvdiag's own.
 
 Sink: the real ``StdoutSink`` (its queue and writer thread included), with ``sys.stdout``
 pointed at /dev/null for the run; each round ends with a flush, outside the timed calls. Each
@@ -28,9 +31,13 @@ import os
 import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
+import orjson
+import uuid6
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.trace import TracerProvider
@@ -58,8 +65,39 @@ async def sse(request: Request) -> Response:
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
+class Floor:
+    """(h): a pure-ASGI middleware reduced to what observing a stream's end requires."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.lines: deque[bytes] = deque(maxlen=10_000)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        trace_id = str(uuid6.uuid7())
+        token = _FLOOR_CONTEXT.set(trace_id)
+
+        async def observed(message: dict[str, Any]) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.lines.append(orjson.dumps({"trace_id": trace_id, "boundary": "complete"}))
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            _FLOOR_CONTEXT.reset(token)
+
+
+_FLOOR_CONTEXT: ContextVar[str | None] = ContextVar("floor", default=None)
+
+
 def starlette_app() -> Starlette:
     return Starlette(routes=[Route("/chat/sse", sse)])
+
+
+def floor_app() -> Starlette:
+    app = starlette_app()
+    app.add_middleware(Floor)
+    return app
 
 
 def with_cvdiag(settings: Settings | None) -> Starlette:
@@ -136,6 +174,7 @@ async def bench(rounds: int, requests: int, spec: str) -> None:
         "(g) verbose + OTel bridge": with_cvdiag(
             Settings(enabled=True, tier="verbose", otel=True, **big)  # type: ignore[arg-type]
         ),
+        "(h) floor": floor_app(),
     }
     request_scope = scope(spec)
     samples: dict[str, list[int]] = {name: [] for name in variants}
@@ -159,11 +198,11 @@ async def bench(rounds: int, requests: int, spec: str) -> None:
         f"{EVENTS}-event SSE, ASGI spec {spec}, {rounds} rounds x {requests} requests per variant",
         file=sys.stderr,
     )
-    print(f"{'variant':<22} {'median µs':>10} {'p90 µs':>9} {'ratio':>7}", file=sys.stderr)
+    print(f"{'variant':<26} {'median µs':>10} {'p90 µs':>9} {'ratio':>7}", file=sys.stderr)
     for name in names:
         median = statistics.median(samples[name])
         print(
-            f"{name:<22} {median / 1000:>10.1f} {_p(samples[name], 0.9):>9.1f}"
+            f"{name:<26} {median / 1000:>10.1f} {_p(samples[name], 0.9):>9.1f}"
             f" {median / base:>6.3f}x",
             file=sys.stderr,
         )
