@@ -38,26 +38,22 @@ def main() -> None:
     devnull = open(os.devnull, "w")  # noqa: SIM115 - held for the whole run
     real_stdout, sys.stdout = sys.stdout, devnull
     emitter = configure(Settings(enabled=True, tier="debug", debug_max_envelopes=10**9))
-    set_context(
-        RequestContext(
-            test_id="01a20162-2dc3-73c2-bd91-a4bc72607c4d",
-            trace_id="01a20162-2dc4-7ef8-8320-cbf32bb53867",
-            slug="demo-agent",
-            demo="chat",
-            span_id="6340156b9a4e1c56",
-        )
+    context = RequestContext(
+        test_id="01a20162-2dc3-73c2-bd91-a4bc72607c4d",
+        trace_id="01a20162-2dc4-7ef8-8320-cbf32bb53867",
+        slug="demo-agent",
+        demo="chat",
+        span_id="6340156b9a4e1c56",
     )
+    set_context(context)
     envelope = build(
         "backend.sse.event",
         outcome="info",
         metadata=dict(METADATA),
         duration_ms=None,
-        test_id="01a20162-2dc3-73c2-bd91-a4bc72607c4d",
-        trace_id="01a20162-2dc4-7ef8-8320-cbf32bb53867",
+        context=context,
         span_id="6340156b9a4e1c56",
         parent_span_id="0b6a1e35d1b5a77c",
-        slug="demo-agent",
-        demo="chat",
         edge_headers=NULL_EDGE_HEADERS,
     )
     emit_ns: list[int] = []

@@ -261,8 +261,15 @@ def plan(n: int, share: float, events: int, seed: int) -> list[Result]:
     ]
 
 
+#: Seconds between events for a client that leaves early: long enough that it leaves while the
+#: server is still streaming, however fast the server and however busy this process.
+LEAVING_DELAY = 0.02
+
+
 async def _one(client: Any, url: str, result: Result, events: int, delay: float) -> None:
     start = time.perf_counter()
+    if result.disconnect_after is not None:
+        delay = max(delay, LEAVING_DELAY)
     try:
         async with client.stream(
             "GET",
