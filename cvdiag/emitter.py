@@ -156,7 +156,7 @@ class Emitter:
                 context=ctx,
                 span_id=span_id or new_span_id(),
                 parent_span_id=(
-                    ctx.span_id if parent_span_id.__class__ is _Inherit else parent_span_id  # type: ignore[arg-type]
+                    ctx.span_id if isinstance(parent_span_id, _Inherit) else parent_span_id
                 ),
                 edge_headers=_envelope.NULL_EDGE_HEADERS if edge_headers is None else edge_headers,
             )
