@@ -163,27 +163,39 @@ class QueuedLineSink(_Sink):
                     batch: list[bytes] = []
                     while queue and len(batch) < 512:
                         batch.append(queue.popleft())
-                    self._emit_batch(batch)
+                    if self._emit_batch(batch):
+                        self._report_drops()
+                # Also after a burst that ended in a failed write: the report must not wait
+                # for lines that may never come (flush, close and exit then still report).
+                self._report_drops()
             finally:
                 self._busy = False
 
-    def _emit_batch(self, batch: list[bytes]) -> None:
+    def _emit_batch(self, batch: list[bytes]) -> bool:
         try:
             self._write_bytes(PREFIX + _LINE_BREAK.join(batch) + b"\n")
         except Exception as exc:  # a broken pipe or closed file: the batch is lost, counted
             self._count_drop(len(batch))
             record_failure("sink", exc)
-            return
+            return False
         self.written += len(batch)
-        if self._unreported and self.drop_report is not None:
+        return True
+
+    def _report_drops(self) -> None:
+        """Write one ``cvdiag.queue_dropped`` line for the drops not yet reported. A report that
+        cannot be written keeps its count for the next attempt, so no drop goes unreported."""
+        if not self._unreported or self.drop_report is None:
+            return
+        with self._count_lock:
+            count, self._unreported = self._unreported, 0
+        try:
+            report = self.drop_report(count)
+            if report is not None:
+                self._write_bytes(PREFIX + report + b"\n")
+        except Exception as exc:
             with self._count_lock:
-                count, self._unreported = self._unreported, 0
-            try:
-                report = self.drop_report(count)
-                if report is not None:
-                    self._write_bytes(PREFIX + report + b"\n")
-            except Exception as exc:
-                record_failure("sink", exc)
+                self._unreported += count
+            record_failure("sink", exc)
 
     def _count_drop(self, count: int) -> None:
         with self._count_lock:

@@ -108,3 +108,23 @@ def test_file_sink_appends(tmp_path: Path) -> None:
         "backend.agent.enter",
         "backend.agent.exit",
     ]
+
+
+def test_a_lost_batch_is_reported_even_when_no_line_follows(tmp_path: Path) -> None:
+    """The drop report used to wait for the next successful batch: when the lost batch was the
+    last one (how the writer happened to split a burst decided it), the count never appeared."""
+    path = tmp_path / "cvdiag.log"
+    sink = FileSink(path)
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    em.emit("backend.agent.enter", metadata={"agent_name": "before"})
+    em.flush()
+    assert sink._file is not None
+    sink._file.close()  # the next write raises ValueError; the sink then reopens the file
+    em.emit("backend.agent.enter", metadata={"agent_name": "lost"})
+    em.flush()
+    sink.close()
+    envs = lines_of(path.read_text())
+    assert [e["metadata"]["agent_name"] for e in envs[:1]] == ["before"]  # type: ignore[index]
+    assert [e["boundary"] for e in envs[1:]] == ["cvdiag.queue_dropped"]
+    assert envs[1]["metadata"] == {"dropped_count": 1}
+    assert sink.dropped == 1
