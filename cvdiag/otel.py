@@ -63,7 +63,7 @@ def attach_span(span: Span) -> object:
 
 
 def detach(token: object) -> None:
-    otel_context.detach(token)  # type: ignore[arg-type]
+    otel_context.detach(token)  # type: ignore[arg-type, unused-ignore]
 
 
 def trace_id_of_current_span() -> str | None:
@@ -138,7 +138,7 @@ class OtelBridge:
             yield span, True
         finally:
             try:
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)  # type: ignore[arg-type, unused-ignore]
                 span.end()
             except Exception as exc:
                 record_failure("otel", exc)

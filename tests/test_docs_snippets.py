@@ -236,12 +236,28 @@ def known_packages() -> set[str]:
     return {canonicalize_name(Requirement(spec).name) for spec in specs}
 
 
+def wheel_name() -> str:
+    """The file name ``pip wheel --no-deps -w dist .`` gives this checkout (.ci/run builds it)."""
+    return f"dist/cvdiag-{pyproject()['project']['version']}-py3-none-any.whl"
+
+
 def check_pip(args: list[str], where: str) -> None:
+    """A documented ``pip`` command must work against this repository as written: install this
+    checkout or the wheel built from it, never the published name, which nothing serves yet."""
+    if args[:1] == ["wheel"]:
+        assert args[1:] == ["--no-deps", "-w", "dist", "."], f"{where}: build with {args}?"
+        return
     assert args[:1] == ["install"], f"{where}: only `pip install` is documented: {args}"
     defined = extras()
     specs = [arg for arg in args[1:] if not arg.startswith("-")]
     assert specs, f"{where}: pip install of nothing"
     for spec in specs:
+        if spec.partition("[")[0].endswith(".whl"):
+            path, _, rest = spec.partition("[")
+            assert path == wheel_name(), f"{where}: the built wheel is {wheel_name()}, not {path}"
+            wanted = {e.strip() for e in rest.rstrip("]").split(",") if e.strip()}
+            assert wanted <= defined, f"{where}: unknown extras {wanted - defined}"
+            continue
         if spec.startswith("."):
             path, _, rest = spec.partition("[")
             assert "-e" in args, f"{where}: install this checkout editable: pip install -e {spec}"
@@ -250,12 +266,13 @@ def check_pip(args: list[str], where: str) -> None:
             assert wanted <= defined, f"{where}: unknown extras {wanted - defined}"
             continue
         requirement = Requirement(spec)
-        if canonicalize_name(requirement.name) == "cvdiag":
-            assert requirement.extras <= defined, f"{where}: unknown extras in {spec}"
-        else:
-            assert canonicalize_name(requirement.name) in known_packages(), (
-                f"{where}: {spec} is not a package pyproject.toml knows"
-            )
+        assert canonicalize_name(requirement.name) != "cvdiag", (
+            f"{where}: `pip install {spec}` needs a release on PyPI that does not exist yet; "
+            "install this checkout (pip install -e .) or the wheel built from it"
+        )
+        assert canonicalize_name(requirement.name) in known_packages(), (
+            f"{where}: {spec} is not a package pyproject.toml knows"
+        )
 
 
 # --- what the pages run against ------------------------------------------------------------
@@ -806,6 +823,29 @@ def test_skips_are_rare_and_justified() -> None:
     skips = [(b.where, b.skip_reason) for b in all_blocks() if b.skip_reason is not None]
     assert all(reason for _, reason in skips), skips
     assert len(skips) == EXPECTED_SKIPS, skips
+
+
+#: ``pip …`` in inline code, in running text: it must work as written, like a block's.
+INLINE_PIP = re.compile(r"`(pip (?:install|wheel) [^`]+)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_inline_install_line_works_against_this_repository(page: Path) -> None:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for command in INLINE_PIP.findall(text):
+        check_pip(shlex.split(command)[1:], f"{page.relative_to(ROOT)}: `{command}`")
+
+
+def test_the_install_check_refuses_what_would_not_work() -> None:
+    for command in (
+        "pip install cvdiag",
+        "pip install 'cvdiag[otel]'",
+        "pip install dist/cvdiag-0.0.0-py3-none-any.whl",
+        "pip install -e '.[nope]'",
+    ):
+        with pytest.raises(AssertionError):
+            check_pip(shlex.split(command)[1:], "here")
+    check_pip(shlex.split(f"pip install '{wheel_name()}[demo]'")[1:], "here")
 
 
 def test_the_readme_quickstart_is_exactly_the_two_commands() -> None:

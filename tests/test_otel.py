@@ -34,7 +34,7 @@ from cvdiag import (
     instrument_httpx,
     llm_call,
 )
-from tests.support.otel import sdk
+from tests.support.otel import sdk, server_span_name
 from tests.support.servers import free_port, serve_uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_request_joins_the_callers_trace_and_scopes_nest(
         )
     assert response.status_code == 200
     spans = exporter.get_finished_spans()
-    server = by_name(spans, "GET /chat")
+    server = by_name(spans, server_span_name("GET", "/chat"))
     agent = by_name(spans, "invoke_agent planner")
     chat_span = by_name(spans, "chat gpt-test")
     assert {f"{s.context.trace_id:032x}" for s in spans} == {TRACE_ID}
@@ -137,7 +137,7 @@ def test_boundaries_become_span_events(
     chat_events = [e.name for e in by_name(spans, "chat gpt-test").events]
     assert chat_events[0] == "backend.llm.call.start"
     assert chat_events.count("backend.llm.call.heartbeat") >= 2  # from the heartbeat thread
-    server_events = list(by_name(spans, "GET /chat").events)
+    server_events = list(by_name(spans, server_span_name("GET", "/chat")).events)
     sse = [e for e in server_events if e.name == "backend.sse.event"]
     assert [dict(e.attributes or {})["event_type"] for e in sse] == ["TEXT_MESSAGE_CONTENT"] * 3
     assert server_events[0].name == "backend.request.ingress"
@@ -323,8 +323,9 @@ def test_the_collector_example_exports_over_otlp() -> None:
         for scope in resource.scope_spans
         for span in scope.spans
     ]
-    assert {"GET /chat", "invoke_agent assistant", "chat example-model"} <= {s.name for s in spans}
-    (server,) = [s for s in spans if s.name == "GET /chat"]
+    server_name = server_span_name("GET", "/chat")
+    assert {server_name, "invoke_agent assistant", "chat example-model"} <= {s.name for s in spans}
+    (server,) = [s for s in spans if s.name == server_name]
     attributes = {a.key: a.value.string_value for a in server.attributes}
     assert attributes["cvdiag.test_id"] == "d4-collector"
     # The stdout envelopes carry the very trace id the collector received.
