@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass
+from typing import IO
 
 import httpx
 import orjson
@@ -46,6 +47,8 @@ ENDINGS = {
     "os._exit without flush": "os._exit(3)",
 }
 SIGNALS = {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
+#: Seconds a process may take to end once told to: far beyond the 5 s its exit flush may wait.
+HANG = 60
 
 
 @dataclass
@@ -88,33 +91,62 @@ def end_a_host(ending: str, *, count: int, queue: int, read_while_running: bool)
     """
     code = HOST.format(count=count, queue=queue, tail=ENDINGS[ending])
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [sys.executable, "-X", "faulthandler", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
     )
     assert proc.stdout is not None
     assert proc.stderr is not None
     out = bytearray()
-    stdout = proc.stdout
-
-    def read() -> None:
-        while chunk := os.read(stdout.fileno(), 1 << 16):
-            out.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
+    reader = _drain(proc.stdout, out)
     if read_while_running:
         reader.start()
     ready = proc.stderr.readline().split()
-    assert ready[:1] == [b"emitted"], ready
+    assert ready[:1] == [b"emitted"], [*ready, proc.stderr.read()]
     dropped = int(ready[1])
     if ending in SIGNALS:
         proc.send_signal(SIGNALS[ending])
     if not read_while_running:
-        time.sleep(0.3)  # the process acts on its ending before anyone reads
+        # Not a synchronization: the ending is brought about while nobody reads, so that most
+        # lines are still queued when it starts. Reading at once would only test less.
+        time.sleep(0.3)
         reader.start()
-    err = proc.stderr.read()
-    proc.wait(60)
-    reader.join(30)
+    err = bytearray()
+    errors = _drain(proc.stderr, err)
+    errors.start()
+    _wait_or_dump(proc, [reader, errors], err)
     written, partial = parse(bytes(out))
-    return Ending(count, dropped, written, partial, proc.returncode, err)
+    return Ending(count, dropped, written, partial, proc.returncode, bytes(err))
+
+
+def _drain(stream: IO[bytes], into: bytearray) -> threading.Thread:
+    """A thread (not yet started) that reads ``stream`` to its end into ``into``."""
+
+    def read() -> None:
+        while chunk := os.read(stream.fileno(), 1 << 16):
+            into.extend(chunk)
+
+    return threading.Thread(target=read, daemon=True)
+
+
+def _wait_or_dump(
+    proc: subprocess.Popen[bytes], readers: list[threading.Thread], err: bytearray
+) -> None:
+    """Wait for the process and its pipes; a process still running after ``HANG`` seconds is
+    aborted, so that ``-X faulthandler`` prints every thread's stack, and the test fails with it
+    instead of hanging to its timeout."""
+    try:
+        proc.wait(HANG)
+    except subprocess.TimeoutExpired as hung:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(10)
+        for reader in readers:
+            reader.join(10)
+        stacks = bytes(err).decode(errors="replace")[-6000:]
+        raise AssertionError(f"the process hung; its stacks:\n{stacks}") from hung
+    for reader in readers:
+        reader.join(HANG)
 
 
 # --- uvicorn -----------------------------------------------------------------------------------
@@ -126,8 +158,8 @@ def end_uvicorn(sig: signal.Signals, requests: int) -> tuple[int, int, bytes]:
     completion both reached stdout, the process's return code, and its stderr."""
     env = {**os.environ, "CVDIAG_BACKEND_EMITTER": "1", "CVDIAG_VERBOSE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.reliability.apps:app", "--port", "0",
-         "--log-level", "info", "--no-access-log"],
+        [sys.executable, "-X", "faulthandler", "-m", "uvicorn", "tests.reliability.apps:app",
+         "--port", "0", "--log-level", "info", "--no-access-log"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
@@ -147,7 +179,13 @@ def end_uvicorn(sig: signal.Signals, requests: int) -> tuple[int, int, bytes]:
             assert client.get("/plain", headers={"x-test-id": f"life-{i}"}).text == "hello"
     proc.send_signal(sig)
     time.sleep(0.3)  # uvicorn shuts down before anyone reads
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=HANG)
+    except subprocess.TimeoutExpired as hung:
+        proc.send_signal(signal.SIGABRT)  # -X faulthandler: every thread's stack on stderr
+        _, err = proc.communicate(timeout=10)
+        stacks = err.decode(errors="replace")[-6000:]
+        raise AssertionError(f"uvicorn hung; its stacks:\n{stacks}") from hung
     seen: dict[str, set[str]] = {}
     for raw in out.splitlines():
         envelope = orjson.loads(raw[len(PREFIX) :])
