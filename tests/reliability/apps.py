@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -32,10 +33,15 @@ EVENTS = 8
 
 
 async def sse(request: Request) -> Response:
-    """An agent turn around one LLM call, then ``n`` SSE events ``delay`` seconds apart."""
+    """An agent turn around one LLM call, then ``n`` SSE events ``delay`` seconds apart.
+
+    ``leave=k``: the client will leave after ``k`` events; the stream waits for it to go (at most
+    ``LEAVE_WAIT`` seconds) before sending the rest, which its departure then cuts short.
+    """
     i = request.path_params["i"]
     count = int(request.query_params.get("n", EVENTS))
     delay = float(request.query_params.get("delay", "0.002"))
+    leave = int(request.query_params.get("leave", -1))
 
     @agent_scope(f"agent-{i}", model_id=f"model-{i}")
     async def turn() -> AsyncIterator[str]:
@@ -44,9 +50,24 @@ async def sse(request: Request) -> Response:
             call.record_response(count)
         for k in range(count):
             yield f'data: {{"type":"ev-{i}","k":{k}}}\n\n'
+            if k + 1 == leave:
+                await wait_for_disconnect(request)
             await asyncio.sleep(delay)
 
     return StreamingResponse(turn(), media_type="text/event-stream")
+
+
+#: Seconds a stream waits for a client that said it would leave.
+LEAVE_WAIT = 30.0
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    with contextlib.suppress(asyncio.TimeoutError):  # not TimeoutError itself before 3.11
+        await asyncio.wait_for(gone(), LEAVE_WAIT)
 
 
 async def plain(request: Request) -> Response:

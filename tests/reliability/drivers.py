@@ -261,19 +261,18 @@ def plan(n: int, share: float, events: int, seed: int) -> list[Result]:
     ]
 
 
-#: Seconds between events for a client that leaves early: long enough that it leaves while the
-#: server is still streaming, however fast the server and however busy this process.
-LEAVING_DELAY = 0.02
-
-
 async def _one(client: Any, url: str, result: Result, events: int, delay: float) -> None:
     start = time.perf_counter()
+    query = f"n={events}&delay={delay}"
     if result.disconnect_after is not None:
-        delay = max(delay, LEAVING_DELAY)
+        # The server holds the rest of the stream until this client has left (it reads at least
+        # one chunk first), so the stream is cut however fast the server and however busy this
+        # process: no race between the two decides whether there is an abort to observe.
+        query += f"&leave={max(result.disconnect_after, 1)}"
     try:
         async with client.stream(
             "GET",
-            f"{url}/sse/{result.index}?n={events}&delay={delay}",
+            f"{url}/sse/{result.index}?{query}",
             headers={"x-test-id": result.test_id},
         ) as response:
             result.status = response.status_code

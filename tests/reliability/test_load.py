@@ -103,9 +103,7 @@ def every_request_told_its_own_story(
             assert terminal["boundary"] == "backend.response.complete"
             assert terminal["metadata"]["sse_event_count"] == EVENTS
             assert terminal["metadata"]["content_length"] == len(r.body)
-        elif terminal["boundary"] == "backend.sse.aborted":
+        else:
+            # The server held the rest of its stream until this client had left: it was cut.
+            assert terminal["boundary"] == "backend.sse.aborted", (r.test_id, terminal)
             assert terminal["metadata"]["termination_kind"] == "client_disconnect"
-    aborted = sum(
-        1 for own in by_request.values() for e in own if e["boundary"] == "backend.sse.aborted"
-    )
-    assert aborted > 0  # the disconnects really cut streams short
