@@ -460,13 +460,22 @@ class _SyncStream:
 
 
 def _cancelling() -> bool:
-    """Whether the running task is being cancelled (its stream is closed on the way out)."""
+    """Whether the stream is being closed because its task is being cancelled.
+
+    The ``CancelledError`` being handled is the signal on every Python (a context manager's
+    exit sees it); ``Task.cancelling()`` adds the cases where it is not in view. That counter
+    is trusted from 3.11 only: on 3.10 a backported task may carry it, but nothing there ever
+    calls ``uncancel()``, so it stays raised after a cancel scope has long been left.
+    """
+    if isinstance(sys.exc_info()[1], asyncio.CancelledError):
+        return True
+    if sys.version_info < (3, 11):
+        return False
     try:
         task = asyncio.current_task()
     except RuntimeError:  # not asyncio (trio under anyio)
         return False
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    return bool(cancelling()) if cancelling is not None else False
+    return task is not None and task.cancelling() > 0
 
 
 class _AsyncStream:

@@ -324,6 +324,39 @@ async def test_a_stream_closed_early_ends_its_call_once(
     assert list(sink.envelopes)[-1] is answer
 
 
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+async def test_a_stream_closed_by_its_task_being_cancelled_ends_cancelled(
+    capture: Capture, base: str, provider: FakeProvider, library: str
+) -> None:
+    # Pinned on every Python: 3.10 has no Task.cancelling(), and a backported task's counter
+    # there is never lowered again, so the error in flight is what tells the two closes apart.
+    sink = capture("verbose", heartbeat_interval=0.02)
+    provider.chunk_delay = 0.05
+    reading = asyncio.Event()
+    client = Client(library, True)
+
+    async def consume() -> None:
+        async with client.raw.stream(
+            "POST", f"{base}/v1/chat/completions", json={**CHAT, "stream": True}
+        ) as r:
+            async for _chunk in r.aiter_raw():
+                reading.set()
+                await asyncio.sleep(30)  # cancelled here, between two chunks
+
+    try:
+        with in_request():
+            task = asyncio.create_task(consume())
+            await asyncio.wait_for(reading.wait(), 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    finally:
+        await client.close()
+    answer = one(sink, "backend.llm.call.response")
+    assert answer["outcome"] == "err"
+    assert answer["metadata"]["error_class"] == "CancelledError"
+
+
 @pytest.mark.parametrize("chunks", [0, 1], ids=["unread", "read-one"])
 async def test_a_stream_dropped_unclosed_still_ends_its_call_once(
     capture: Capture,
