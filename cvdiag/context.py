@@ -7,7 +7,7 @@ so scopes and outbound calls find their request without being handed it.
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class RequestContext(NamedTuple):
@@ -30,6 +30,24 @@ class RequestContext(NamedTuple):
 
 
 _CURRENT: ContextVar[RequestContext | None] = ContextVar("cvdiag_request_context", default=None)
+
+
+class RequestState:
+    """What the request's own code tells the middleware while the request runs (mutable).
+
+    ``streams``: instrumented LLM response streams opened in the request and not yet ended,
+    so that none outlives the request unread. ``turn_cut``: a scope saw the client leave.
+    One is made per observed request; scopes and transports find it through ``_STATE``.
+    """
+
+    __slots__ = ("streams", "turn_cut")
+
+    def __init__(self) -> None:
+        self.streams: list[Any] | None = None
+        self.turn_cut = False
+
+
+_STATE: ContextVar[RequestState | None] = ContextVar("cvdiag_request_state", default=None)
 
 
 def current_context() -> RequestContext | None:

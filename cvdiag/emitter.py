@@ -211,7 +211,7 @@ class Emitter:
                 "from_tier": Tier.DEBUG.label,
                 "to_tier": self._tier.label,
                 "envelope_count": count - 1,
-                "elapsed_ms": elapsed * 1000,
+                "elapsed_ms": round(elapsed * 1000),
             },
             parent_span_id=None,
         )

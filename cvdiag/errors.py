@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import traceback
@@ -69,3 +70,23 @@ def claim_report(exc: BaseException) -> bool:
     except Exception:  # noqa: S110 - an exception refusing attributes is simply reported again
         pass
     return True
+
+
+#: Set by the middleware on what the server's ``send`` raised for a client that had left.
+CLIENT_GONE_ATTR: Final = "__cvdiag_client_gone__"
+#: Exceptions that mean "the client left", by class name so no server needs importing:
+#: Starlette's ``ClientDisconnect`` and ``WebSocketDisconnect``, uvicorn's ``ClientDisconnected``.
+_CLIENT_GONE: Final = frozenset({"ClientDisconnect", "WebSocketDisconnect", "ClientDisconnected"})
+
+
+def mark_client_gone(exc: BaseException) -> None:
+    # An exception refusing attributes is judged by its class alone.
+    with contextlib.suppress(Exception):
+        setattr(exc, CLIENT_GONE_ATTR, True)
+
+
+def is_client_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says the client went away: never an application error."""
+    if getattr(exc, CLIENT_GONE_ATTR, False):
+        return True
+    return any(cls.__name__ in _CLIENT_GONE for cls in type(exc).__mro__)

@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import re
 import sys
+import threading
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from types import ModuleType, TracebackType
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
-from cvdiag.context import _CURRENT
+from cvdiag.context import _CURRENT, _STATE
 from cvdiag.emitter import Emitter, get_emitter
 from cvdiag.guard import record_failure
 from cvdiag.scopes import _ACTIVE_CALL, LLMCall
@@ -87,6 +88,15 @@ _MODEL_MAX: Final = 200
 _TOKENS_IN_TAIL: Final = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d{1,12})')
 _AZURE_DEPLOYMENT: Final = re.compile(r"/deployments/([^/]{1,200})/")
 _LIBRARIES: Final = frozenset({"httpx", "httpx2"})
+#: The event that ends a provider's stream: Anthropic Messages, the OpenAI Responses API
+#: (``data: [DONE]`` ends Chat Completions). An SDK may close the response right after it,
+#: before the transport reaches the end of the body: that is a complete call, not a cut one.
+_STREAM_END_TYPES: Final = frozenset(
+    {"message_stop", "response.completed", "response.incomplete", "response.failed"}
+)
+#: ``error_class`` of a call whose stream was left unread and unclosed.
+ABANDONED_ERROR: Final = "StreamCancelledUnclosed"
+_STREAM_END_EVENTS: Final = frozenset(name.encode() for name in _STREAM_END_TYPES)
 
 
 # --- options -------------------------------------------------------------------------------
@@ -267,6 +277,9 @@ class _Tracker:
         "done",
         "error_class",
         "owned",
+        "provider_done",
+        "reader",
+        "reading",
         "tokens",
     )
 
@@ -280,6 +293,12 @@ class _Tracker:
         self.error_class: str | None = f"HTTP{status}" if status >= 400 else None
         headers = response.headers
         self._sse = "text/event-stream" in str(headers.get("content-type", "")).lower()
+        #: The provider's own end-of-stream event was seen: a close after it is no cut.
+        self.provider_done = False
+        #: Who reads the body (an asyncio task, or a thread's ident for a sync stream), and
+        #: whether a read is in progress: how a request's end tells abandoned from still read.
+        self.reader: asyncio.Task[Any] | int | None = None
+        self.reading = False
         self._body = bytearray()
         self._line = bytearray()
         self._overflow = False
@@ -296,7 +315,7 @@ class _Tracker:
         if not chunk:
             return
         call = self.call
-        if call.first_chunk_at is None:
+        if call.first_chunk_at is None and self._sse:  # time to first token: streams only
             call.mark_first_chunk()
         if not self._tracking:
             return
@@ -349,8 +368,16 @@ class _Tracker:
             start = end + 1
 
     def _read_line(self, line: bytes) -> None:
+        if line.startswith(b"event:"):
+            if line[6:].strip() in _STREAM_END_EVENTS:
+                self.provider_done = True
+            return
         # Only a ``data:`` line that mentions usage is parsed; content chunks are skipped.
-        if not line.startswith(b"data:") or b'"usage"' not in line:
+        if not line.startswith(b"data:"):
+            return
+        if b'"usage"' not in line:
+            if line[5:].strip() == b"[DONE]":
+                self.provider_done = True
             return
         try:
             parsed = orjson.loads(line[5:].strip())
@@ -361,6 +388,8 @@ class _Tracker:
             # Anthropic sends a provisional count in message_start and the final one in
             # message_delta: the last one seen wins.
             self.tokens = tokens
+        if isinstance(parsed, dict) and parsed.get("type") in _STREAM_END_TYPES:
+            self.provider_done = True  # a data-only stream of typed events
 
     def _read_body(self) -> None:
         if self._decoder is not None:
@@ -384,9 +413,15 @@ class _Tracker:
         self.feed(content)
 
     def finish(
-        self, exc: BaseException | None = None, *, early: bool = False, cancelled: bool = False
+        self,
+        exc: BaseException | None = None,
+        *,
+        early: bool = False,
+        cancelled: bool = False,
+        abandoned: bool = False,
     ) -> None:
-        """The body is exhausted (default), failed (``exc``) or was closed ``early``: once."""
+        """The body is exhausted (default), failed (``exc``), was closed ``early`` or was
+        ``abandoned`` unread by the request that opened it: once."""
         if self.done:
             return
         self.done = True
@@ -406,8 +441,11 @@ class _Tracker:
                 return
             if exc is not None:
                 call.finish(exc)
-            elif early:
-                closed = "CancelledError" if cancelled else "StreamCancelled"
+            elif (early or abandoned) and not self.provider_done:
+                if abandoned:
+                    closed = ABANDONED_ERROR
+                else:
+                    closed = "CancelledError" if cancelled else "StreamCancelled"
                 call.finish(error_class=self.error_class or closed)
             else:
                 call.finish(error_class=self.error_class)
@@ -418,6 +456,34 @@ class _Tracker:
         """The stream was garbage-collected unclosed: let the heartbeat thread end the call."""
         if not self.done and self.owned:
             self.call.orphaned = True
+
+    def request_ending(self, *, body_end: bool) -> bool:
+        """The request that opened this stream is ending; True once nothing is left to watch.
+
+        At the end of the response body, a stream read by the task that sent that body and
+        left unfinished will not be read again. When the app returns, a stream nobody read, or
+        whose reader (this task, or one that has finished) is gone, is abandoned likewise. A
+        stream another live task reads goes on, truly (a graph run that outlives its client):
+        it ends with that reading, at the latest when that task ends. A sync stream, read in a
+        worker thread, counts as read on only while a read is in progress.
+        """
+        if self.done:
+            return True
+        reader = self.reader
+        if isinstance(reader, int):  # a sync stream: its thread's handler has returned
+            if self.reading:
+                return not body_end  # a read in progress: it ends with its reading
+            self.finish(abandoned=True)
+            return True
+        here = _current_task()
+        if body_end:
+            if reader is None or reader is not here:
+                return False
+        elif reader is not None and reader is not here and not reader.done():
+            reader.add_done_callback(lambda _task: self.finish(abandoned=True))
+            return True
+        self.finish(abandoned=True)
+        return True
 
 
 # --- the response streams ----------------------------------------------------------------------
@@ -432,10 +498,14 @@ class _SyncStream:
 
     def __iter__(self) -> Iterator[bytes]:
         tracker = self._tracker
+        tracker.reader = threading.get_ident()
+        tracker.reading = True
         try:
             for chunk in self._stream:
+                tracker.reading = False
                 tracker.feed(chunk)
                 yield chunk
+                tracker.reading = True
         except GeneratorExit:
             # The consumer dropped the iterator. This may run inside the garbage collector, on
             # any thread (even one holding this call's lock), so it only flags the call: a
@@ -459,6 +529,13 @@ class _SyncStream:
             tracker.abandoned()
 
 
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop, or not asyncio (trio under anyio)
+        return None
+
+
 def _cancelling() -> bool:
     """Whether the stream is being closed because its task is being cancelled.
 
@@ -471,10 +548,7 @@ def _cancelling() -> bool:
         return True
     if sys.version_info < (3, 11):
         return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # not asyncio (trio under anyio)
-        return False
+    task = _current_task()
     return task is not None and task.cancelling() > 0
 
 
@@ -487,10 +561,14 @@ class _AsyncStream:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         tracker = self._tracker
+        tracker.reader = _current_task()
+        tracker.reading = True
         try:
             async for chunk in self._stream:
+                tracker.reading = False
                 tracker.feed(chunk)
                 yield chunk
+                tracker.reading = True
         except GeneratorExit:  # closed by the consumer or by the loop's finalizer: a task
             tracker.finish(early=True)
             raise
@@ -565,6 +643,13 @@ class _Exchange:
                 tracker.finish()
                 return
             response.stream = _stream_class(library, sync)(response.stream, tracker)
+            state = _STATE.get()
+            if state is not None and self.owned:
+                # The request watches the streams it opened, so none outlives it unread.
+                if state.streams is None:
+                    state.streams = [tracker]
+                else:
+                    state.streams.append(tracker)
         except Exception as exc:
             record_failure("httpx", exc)
             if tracker is not None:

@@ -14,22 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 import re
 import time
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from starlette.websockets import WebSocketDisconnect
 
 from cvdiag import emitter as _emitters
-from cvdiag.context import RequestContext, reset_context, set_context
+from cvdiag.context import _STATE, RequestContext, RequestState, reset_context, set_context
 from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.errors import claim_report, describe_exception
+from cvdiag.errors import (
+    claim_report,
+    describe_exception,
+    is_client_gone,
+    mark_client_gone,
+)
 from cvdiag.guard import record_failure, say
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
+from cvdiag.scopes import end_outstanding_calls, is_timeout
 from cvdiag.scrub import scrub
 from cvdiag.settings import Settings
 from cvdiag.sse import SSECounter, SSEParser, json_type
@@ -62,7 +68,16 @@ _DEMO_CACHE_SIZE: Final = 1024
 _DEMO_CACHE_PATH: Final = 128
 _CONTENT_LENGTH: Final = b"content-length"
 _CONTENT_TYPE: Final = b"content-type"
+_CONTENT_ENCODING: Final = b"content-encoding"
+#: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
+#: zstd) are counted as sent: the standard library cannot read them.
+_INFLATE_BITS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+#: A compressed body is inflated this much at a time, so memory stays bounded.
+_INFLATE_STEP: Final = 256 * 1024
 _SSE_TYPE: Final = b"text/event-stream"
+#: Streams of newline-delimited records: each record is an event, however the bytes are
+#: chunked on the way (a compressor re-chunks them).
+_LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"application/json-seq")
 #: Below the debug tier, mid-stream chunks up to this size are held by reference, this many at
 #: most, and counted in one pass: at most 64 KiB held per request.
 _HOLD_CHUNK: Final = 2048
@@ -70,7 +85,6 @@ _HOLD_CHUNKS: Final = 32
 #: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
 #: closed without a code (1005), which uvicorn also reports for a dropped connection.
 _WS_NO_STATUS: Final = frozenset({1005, 1006})
-_WS_NORMAL_CLOSE: Final = 1000
 _BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
 #: How long lifespan shutdown may wait for queued envelopes to be written.
 _SHUTDOWN_FLUSH_SECONDS: Final = 5.0
@@ -78,9 +92,10 @@ _SHUTDOWN_FLUSH_SECONDS: Final = 5.0
 _TRACED: Final = frozenset({"http", "websocket"})
 
 
-def _ms_since(start: float) -> float:
-    # Never negative, even if the clock is stepped back (or patched) under a request.
-    return max(0.0, round((time.perf_counter() - start) * 1000, 3))
+def _ms_since(start: float) -> int:
+    # Whole milliseconds, like every duration on the wire (v1's duration_ms is an integer);
+    # never negative, even if the clock is stepped back (or patched) under a request.
+    return max(0, round((time.perf_counter() - start) * 1000))
 
 
 def _text(raw: bytes | str, limit: int) -> str:
@@ -114,27 +129,36 @@ def _demo(path: str) -> str:
     return demo
 
 
-def _classify(exc: BaseException | None, send_error: BaseException | None) -> str | None:
-    """How the app ended: None (returned), "disconnect", "cancel" or "error".
+def _classify(exc: BaseException | None) -> str | None:
+    """How the app ended: None (returned), "disconnect", "cancel", "timeout" or "error".
 
     A client going away is never an application error: Starlette's ``ClientDisconnect`` and
-    ``WebSocketDisconnect``, or the very exception our wrapped ``send`` saw, are "disconnect".
+    ``WebSocketDisconnect``, or what our wrapped ``send`` saw fail, are "disconnect".
     Cancellation and other non-``Exception`` exits (KeyboardInterrupt, SystemExit) are "cancel".
     """
     if exc is None:
         return None
-    if exc is send_error or isinstance(exc, (ClientDisconnect, WebSocketDisconnect)):
+    if is_client_gone(exc):
         return "disconnect"
     if _BaseExceptionGroup is not None and isinstance(exc, _BaseExceptionGroup):
-        kinds = {_classify(inner, send_error) for inner in exc.exceptions}
-        for kind in ("error", "disconnect", "cancel"):
+        kinds = {_classify(inner) for inner in exc.exceptions}
+        for kind in ("error", "timeout", "disconnect", "cancel"):
             if kind in kinds:
                 return kind
-    return "error" if isinstance(exc, Exception) else "cancel"
+    if not isinstance(exc, Exception):
+        return "cancel"
+    return "timeout" if is_timeout(exc) else "error"
 
 
 class _Exchange:
-    """State and boundaries shared by HTTP and WebSocket exchanges."""
+    """State and boundaries shared by HTTP and WebSocket exchanges.
+
+    Every message the app sends is looked at *before* it is passed on: an outer middleware
+    (GZip) may rewrite it in place, and cvdiag tells what the app sent. The one terminal is
+    emitted when the body ends (so a background task's envelopes follow it) or when the app
+    exits; a client that left is recorded as it is seen and told at the app's exit, once every
+    scope the request opened has exited.
+    """
 
     __slots__ = (
         "_receive",
@@ -152,6 +176,7 @@ class _Exchange:
         "send_error",
         "start",
         "started",
+        "state",
         "status",
         "terminal",
     )
@@ -185,6 +210,8 @@ class _Exchange:
         self.disconnected = False  # the client's disconnect was seen on receive
         self.send_error: BaseException | None = None  # what the server's send raised
         self.terminal = False  # the one terminal boundary has been emitted
+        #: What the request's own code reports while it runs (streams it opened, a cut turn).
+        self.state = RequestState()
 
     # -- boundaries ------------------------------------------------------------------------
 
@@ -215,13 +242,20 @@ class _Exchange:
     def settle(self) -> None:
         """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
-    def complete(self) -> None:
+    def settle_streams(self, *, body_end: bool) -> None:
+        """End the LLM streams this request opened and left unread, before its terminal."""
+        state = self.state
+        streams = state.streams
+        if streams:
+            state.streams = [s for s in streams if not s.request_ending(body_end=body_end)]
+
+    def complete(self, status: int | None = None) -> None:
         if self.terminal:
             return
         self.terminal = True
         self.settle()
         total = _ms_since(self.start)
-        status = self.status
+        status = self.status if status is None else status
         self.emitter.emit(
             "backend.response.complete",
             outcome="ok" if 100 <= status < 400 else "err",
@@ -236,7 +270,9 @@ class _Exchange:
             edge_headers=self.response_edge,
         )
 
-    def abort(self, termination_kind: str) -> None:
+    def abort(self, termination_kind: str, cause: str) -> None:
+        """``termination_kind`` is CVDIAG v1's (rst, timeout, chunk_error, fin_premature);
+        ``termination_cause`` (additive) says which of cvdiag's finer causes it was."""
         if self.terminal:
             return
         self.terminal = True
@@ -246,7 +282,11 @@ class _Exchange:
         self.emitter.emit(
             "backend.sse.aborted",
             outcome="err",
-            metadata={"termination_kind": termination_kind, "bytes_before_abort": self.bytes_sent},
+            metadata={
+                "termination_kind": termination_kind,
+                "bytes_before_abort": self.bytes_sent,
+                "termination_cause": cause,
+            },
             duration_ms=_ms_since(self.start),
             context=self.ctx,
         )
@@ -259,14 +299,21 @@ class _Exchange:
         self.active = False
         record_failure("middleware", exc)
 
-    def response_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-        """Edge headers of the response (kept for ``complete``); returns its content type."""
-        content_type: bytes | None = None
+    def response_headers(
+        self, headers: Iterable[tuple[bytes, bytes]]
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """Edge headers of the response (kept for ``complete``); returns its content type,
+        content coding and declared length."""
+        content_type = encoding = length = None
         edge: dict[str, str | None] | None = None
         for name, value in headers:
             lower = name.lower()
             if lower == _CONTENT_TYPE:
                 content_type = value
+            elif lower == _CONTENT_ENCODING:
+                encoding = value
+            elif lower == _CONTENT_LENGTH:
+                length = value
             else:
                 key = _EDGE.get(lower)
                 if key is not None and (edge is None or edge[key] is None):
@@ -274,7 +321,7 @@ class _Exchange:
                         edge = dict.fromkeys(EDGE_HEADER_KEYS)
                     edge[key] = _edge_value(value)
         self.response_edge = edge
-        return content_type
+        return content_type, encoding, length
 
     # -- the app's exit --------------------------------------------------------------------
 
@@ -283,21 +330,30 @@ class _Exchange:
         if not self.active:
             return
         try:
-            kind = _classify(exc, self.send_error)
-            if kind == "error" and exc is not None and claim_report(exc):
+            kind = _classify(exc)
+            if kind in ("error", "timeout") and exc is not None and claim_report(exc):
                 self.error(exc)  # unless a scope inside the request already reported it
+            self.settle_streams(body_end=False)
             if not self.terminal:
-                self.end(kind, exc)
+                self.end(kind)
         except Exception as failure:
             self.broken(failure)
 
-    def end(self, kind: str | None, exc: BaseException | None) -> None:
+    def end(self, kind: str | None) -> None:
         """Choose the terminal for an app that ended without one (``kind`` from ``_classify``)."""
         raise NotImplementedError
 
+    def left(self) -> tuple[str, str] | None:
+        """The v1 kind and the cause when the client is known to have gone, else None."""
+        if self.send_error is not None:
+            return "rst", "send_failed"
+        if self.disconnected:
+            return "rst", "client_disconnect"
+        return None
+
 
 class _HTTPExchange(_Exchange):
-    """One HTTP request: ingress → [first_byte → event…] → complete | aborted | error.caught.
+    """One HTTP request: ingress → [first_byte → event…] → complete | aborted (+ error.caught).
 
     Body chunks are looked at one by one only where the tier needs it: the debug tier names each
     event as it is sent, the verbose tier times the first byte. Otherwise a mid-stream chunk is
@@ -306,7 +362,18 @@ class _HTTPExchange(_Exchange):
     chunk, because per-chunk Python is what a streaming middleware pays for most.
     """
 
-    __slots__ = ("body_done", "counter", "held", "parser", "streaming")
+    __slots__ = (
+        "body_done",
+        "counter",
+        "declared",
+        "head",
+        "held",
+        "inflate",
+        "lines",
+        "parser",
+        "sent_at_disconnect",
+        "streaming",
+    )
 
     def __init__(
         self,
@@ -326,21 +393,26 @@ class _HTTPExchange(_Exchange):
         self.held: list[bytes] | None = None
         self.counter: SSECounter | None = None  # an SSE body's event count, below debug
         self.parser: SSEParser | None = None  # an SSE body's named events, at debug
+        #: A compressed body's inflater: events and sizes are the app's own bytes.
+        self.inflate: Any = None
+        self.lines = False  # an NDJSON-like body: its events are its lines
+        self.head = False  # a HEAD request: the server sends no body, whatever the app does
+        self.declared: int | None = None  # the response's Content-Length
+        self.sent_at_disconnect = 0
 
     async def receive(self) -> Message:
         message = await self._receive()
         # After the body is done, uvicorn answers every receive with http.disconnect: not an abort.
-        if message.get("type") == "http.disconnect" and not self.body_done:
+        if message.get("type") == "http.disconnect" and not self.body_done and self.active:
             self.disconnected = True
+            try:
+                self.settle()
+                self.sent_at_disconnect = self.bytes_sent
+            except Exception as exc:
+                self.broken(exc)
         return message
 
     async def send(self, message: Message) -> None:
-        try:
-            await self._send(message)
-        except BaseException as exc:
-            if self.active:
-                self._send_failed(exc)
-            raise
         held = self.held
         if held is not None:
             # The hot path. Only body messages carry a "body"; the last one (no more_body), a
@@ -353,10 +425,26 @@ class _HTTPExchange(_Exchange):
                 and len(held) < _HOLD_CHUNKS
             ):
                 held.append(body)
+                try:
+                    await self._send(message)
+                except BaseException as exc:
+                    self._send_failed(exc)
+                    raise
                 return
+        ended = False
         if self.active:
             try:
-                self._sent(message)
+                ended = self._seen(message)
+            except Exception as exc:
+                self.broken(exc)
+        try:
+            await self._send(message)
+        except BaseException as exc:
+            self._send_failed(exc)
+            raise
+        if ended and self.active:
+            try:
+                self._body_finished()
             except Exception as exc:
                 self.broken(exc)
 
@@ -365,30 +453,40 @@ class _HTTPExchange(_Exchange):
         super().broken(exc)
 
     def _send_failed(self, exc: BaseException) -> None:
-        # OSError (uvicorn's ClientDisconnected is one) means the client is gone; anything else
-        # is an app or protocol error and is judged when it escapes the app.
-        if isinstance(exc, (OSError, ClientDisconnect)):
-            self.send_error = exc
-            try:
-                self.abort("client_disconnect")
-            except Exception as failure:
-                self.broken(failure)
+        # OSError (uvicorn's ClientDisconnected is one) means the client is gone: marked, so
+        # that no scope it passes through calls it an error, and told at the app's exit.
+        # Anything else is an app or protocol error and is judged when it escapes the app.
+        if self.active and (isinstance(exc, OSError) or is_client_gone(exc)):
+            mark_client_gone(exc)
+            if self.send_error is None:
+                self.send_error = exc
 
-    def _sent(self, message: Message) -> None:
+    def _seen(self, message: Message) -> bool:
+        """Look at one message before it is passed on; True when it ends the body."""
         kind = message["type"]
         if kind == "http.response.body":
-            self._body(message.get("body", b""), bool(message.get("more_body", False)))
-        elif kind == "http.response.start":
+            return self._body(message.get("body", b""), bool(message.get("more_body", False)))
+        if kind == "http.response.start":
             self._start(message)
         elif kind == "http.response.pathsend" and not self.body_done:
             self.body_done = True
-            self._body_finished()
+            if not self.head:
+                self.bytes_sent += os.stat(message["path"]).st_size
+            return True
+        return False
 
     def _start(self, message: Message) -> None:
         self.started = True
         self.status = int(message.get("status", 0))
-        content_type = self.response_headers(message.get("headers") or ())
+        content_type, encoding, length = self.response_headers(message.get("headers") or ())
+        self.declared = _content_length(length)
+        if encoding is not None:
+            bits = _INFLATE_BITS.get(encoding.strip().lower())
+            if bits is not None:
+                self.inflate = zlib.decompressobj(bits)
         sse = content_type is not None and content_type[:17].lower() == _SSE_TYPE
+        if content_type is not None and not sse:
+            self.lines = content_type.lower().startswith(_LINE_TYPES)
         if self.allow_events:
             if sse:
                 self.parser = SSEParser()
@@ -398,17 +496,19 @@ class _HTTPExchange(_Exchange):
         if not self.allow_first_byte:
             self.held = []  # nothing to see chunk by chunk: batch from the first one
 
-    def _body(self, body: bytes, more: bool) -> None:
+    def _body(self, body: bytes, more: bool) -> bool:
         if body.__class__ is not bytes:
             body = bytes(body)
         if self.held:
             self.settle()  # what is held was sent before this chunk
-        if body:
+        if body and not self.head:
             streaming = more or self.streaming
             if streaming and not self.first_byte_seen:
                 self.first_byte()
                 if not self.allow_events:
                     self.held = []  # the first byte is timed: batch the chunks that follow
+            if self.inflate is not None:
+                body = self._inflated(body)
             self.bytes_sent += len(body)
             if self.parser is not None:
                 if streaming:
@@ -418,16 +518,35 @@ class _HTTPExchange(_Exchange):
                     self.event_count += len(self.parser.feed(body))
             elif self.counter is not None:
                 self.event_count += self.counter.feed(body)
-            elif streaming:  # a stream that is not SSE: each chunk is an event
+            elif self.lines:
+                if self.allow_events:
+                    start = 0
+                    while (end := body.find(b"\n", start)) >= 0:
+                        self.event("line", end + 1 - start)  # what this chunk held of it
+                        start = end + 1
+                else:
+                    self.event_count += body.count(b"\n")
+            elif streaming and body:  # a stream that is not SSE: each chunk is an event
                 if self.allow_events:
                     self.event("chunk", len(body))
                 else:
                     self.event_count += 1
         if more:
             self.streaming = True
-        elif not self.body_done:
-            self.body_done = True
-            self._body_finished()
+            return False
+        if self.body_done:
+            return False
+        self.body_done = True
+        return True
+
+    def _inflated(self, data: bytes) -> bytes:
+        """The app's bytes behind a compressed chunk, inflated a bounded step at a time."""
+        inflate = self.inflate
+        parts = []
+        while data:
+            parts.append(inflate.decompress(data, _INFLATE_STEP))
+            data = inflate.unconsumed_tail
+        return b"".join(parts)
 
     def settle(self) -> None:
         """Count the held chunks in one pass: far cheaper than chunk by chunk."""
@@ -435,31 +554,47 @@ class _HTTPExchange(_Exchange):
         if not held:
             return
         data = b"".join(held)
+        chunks = len(held) - held.count(b"")
+        held.clear()
+        if self.head:
+            return
+        if self.inflate is not None:
+            data = self._inflated(data)
         self.bytes_sent += len(data)
         if self.counter is not None:
             self.event_count += self.counter.feed(data)
+        elif self.lines:
+            self.event_count += data.count(b"\n")
         else:  # held chunks are all mid-stream: each non-empty one is an event
-            self.event_count += len(held) - held.count(b"")
-        held.clear()
+            self.event_count += chunks
 
     def _body_finished(self) -> None:
-        if self.disconnected or self.send_error is not None:
-            self.abort("client_disconnect")  # the server dropped what followed the disconnect
-        else:
-            self.complete()
+        """The app's last body message went out: complete, unless the client left first."""
+        self.settle_streams(body_end=True)
+        if self.left() is None or (
+            self.send_error is None
+            and self.declared is not None
+            and self.sent_at_disconnect >= self.declared
+        ):
+            self.complete()  # every promised byte had gone out before the client closed
 
-    def end(self, kind: str | None, exc: BaseException | None) -> None:
-        if kind == "error":
-            if self.started:
-                self.abort("chunk_error")
+    def end(self, kind: str | None) -> None:
+        left = self.left()
+        if kind in ("error", "timeout"):
+            if not self.started:
+                self.complete(500)  # what the server (or ServerErrorMiddleware) answers
+            elif kind == "timeout":
+                self.abort("timeout", "timeout")
             else:
-                self.terminal = True  # error.caught alone: the host's error handler answers
-        elif kind == "disconnect" or self.disconnected:
-            self.abort("client_disconnect")
+                self.abort("chunk_error", "app_error")
+        elif left is not None:
+            self.abort(*left)
+        elif kind == "disconnect":
+            self.abort("rst", "client_disconnect")
         elif kind == "cancel":
-            self.abort("cancelled")
+            self.abort("fin_premature", "cancelled")
         else:
-            self.abort("incomplete" if self.started else "no_response")
+            self.abort("fin_premature", "incomplete" if self.started else "no_response")
 
 
 class _WebSocketExchange(_Exchange):
@@ -489,23 +624,28 @@ class _WebSocketExchange(_Exchange):
         return message
 
     async def send(self, message: Message) -> None:
+        ended = False
+        if self.active:
+            try:
+                ended = self._seen(message)
+            except Exception as exc:
+                self.broken(exc)
         try:
             await self._send(message)
         except BaseException as exc:
-            if self.active and isinstance(exc, OSError):
-                self.send_error = exc
-                try:
-                    self.abort("rst")
-                except Exception as failure:
-                    self.broken(failure)
+            if self.active and (isinstance(exc, OSError) or is_client_gone(exc)):
+                mark_client_gone(exc)
+                if self.send_error is None:
+                    self.send_error = exc
             raise
-        if self.active:
+        if ended and self.active:
             try:
-                self._sent(message)
+                self.complete()
             except Exception as exc:
                 self.broken(exc)
 
-    def _sent(self, message: Message) -> None:
+    def _seen(self, message: Message) -> bool:
+        """Look at one message before it is passed on; True when it ends the socket."""
         kind = message["type"]
         if kind == "websocket.send":
             text = message.get("text")
@@ -528,39 +668,38 @@ class _WebSocketExchange(_Exchange):
             if not self.started:
                 self.started = True
                 self.status = 403  # a close before accept is the server's refusal
-            self.complete()
+            return True
         elif kind == "websocket.http.response.start":
             self.started = True
             self.status = int(message.get("status", 0))
             self.response_headers(message.get("headers") or ())
         elif kind == "websocket.http.response.body":
             self.bytes_sent += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                self.complete()
+            return not message.get("more_body", False)
+        return False
 
-    def end(self, kind: str | None, exc: BaseException | None) -> None:
-        if kind == "error":
-            if self.started:
-                self.abort("chunk_error")
+    def end(self, kind: str | None) -> None:
+        if kind in ("error", "timeout"):
+            if not self.started:
+                self.complete(500)  # the server refuses the handshake with a 500
+            elif kind == "timeout":
+                self.abort("timeout", "timeout")
             else:
-                self.terminal = True  # error.caught alone: the server refuses the handshake
-            return
-        if kind == "disconnect" or self.disconnected:
+                self.abort("chunk_error", "app_error")
+        elif kind == "disconnect" or self.disconnected or self.send_error is not None:
             code = self.close_code
-            if code is None and isinstance(exc, WebSocketDisconnect):
-                code = exc.code
-            if code is None or self.send_error is not None:
-                self.abort("rst")
-            elif code == _WS_NORMAL_CLOSE:
-                self.complete()
+            if code is None or code in _WS_NO_STATUS or self.send_error is not None:
+                self.abort("rst", "client_disconnect")  # no close frame: the peer dropped
+            elif self.state.turn_cut:
+                self.abort("fin_premature", "client_close")  # closed cleanly, mid-turn
             else:
-                self.abort("rst" if code in _WS_NO_STATUS else "client_close")
+                self.complete()  # closed between turns: the conversation's normal end
         elif kind == "cancel":
-            self.abort("cancelled")
+            self.abort("fin_premature", "cancelled")
         elif self.started:
             self.complete()  # the app returned: the server closes the socket normally
         else:
-            self.abort("no_response")
+            self.abort("fin_premature", "no_response")
 
 
 def _flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
@@ -575,6 +714,7 @@ def _flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
     async def send_after_flush(message: Message) -> None:
         if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
             try:
+                end_outstanding_calls()  # each ends with one response saying so
                 await asyncio.to_thread(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
             except Exception as exc:
                 record_failure("middleware", exc)
@@ -660,6 +800,7 @@ class CvdiagMiddleware:
             await self.app(scope, receive, send)
             return
         token = set_context(exchange.ctx)
+        state_token = _STATE.set(exchange.state)
         own = _emitters._REQUEST_EMITTER.set(emitter) if self._emitter is not None else None
         failure: BaseException | None = None
         try:
@@ -671,6 +812,7 @@ class CvdiagMiddleware:
         else:
             exchange.finish(None)
         finally:
+            _STATE.reset(state_token)
             reset_context(token)
             if own is not None:
                 _emitters._REQUEST_EMITTER.reset(own)
@@ -708,7 +850,11 @@ class CvdiagMiddleware:
         else:
             return None  # lifespan and unknown scope types are not ours
         path = scope.get("path") or "/"
-        if (self._exclude_exact or self._exclude_patterns) and self._excluded(path):
+        # Under a root path (uvicorn --root-path, a mount) scope["path"] includes it; routes,
+        # exclusions and the demo name are the app's own path.
+        root = scope.get("root_path")
+        local = path[len(root) :] or "/" if root and path.startswith(root) else path
+        if (self._exclude_exact or self._exclude_patterns) and self._excluded(local):
             return None
         start = time.perf_counter()
         wanted = self._wanted
@@ -733,7 +879,7 @@ class CvdiagMiddleware:
             test_id=test_id or new_uuid7(),
             trace_id=emitter.new_trace_id(),
             slug=slug or "unknown",
-            demo=_demo(path),
+            demo=_demo(local),
             span_id=span_id,
         )
         allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
@@ -758,4 +904,7 @@ class CvdiagMiddleware:
                 parent_span_id=None,
                 edge_headers=edge,
             )
-        return cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        if isinstance(exchange, _HTTPExchange) and scope.get("method") == "HEAD":
+            exchange.head = True
+        return exchange

@@ -26,18 +26,20 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from cvdiag import emitter as _emitters
-from cvdiag.context import _CURRENT, RequestContext
+from cvdiag.context import _CURRENT, _STATE, RequestContext
 from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.errors import claim_report, describe_exception
+from cvdiag.errors import claim_report, describe_exception, is_client_gone
 from cvdiag.guard import record_failure
 from cvdiag.heartbeat import scheduler
 from cvdiag.ids import new_span_id, new_uuid7
+from cvdiag.sinks import before_exit
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -57,6 +59,35 @@ _ACTIVE_CALL: ContextVar[LLMCall | None] = ContextVar("cvdiag_llm_call", default
 #: Class-name endings that mark a timeout, whichever library raised it (``TimeoutError``,
 #: ``asyncio.TimeoutError`` on 3.10, httpx's ``ReadTimeout``, openai's ``APITimeoutError`` …).
 _TIMEOUT_SUFFIXES: Final = ("Timeout", "TimeoutError", "TimeoutException")
+
+
+#: Calls started and not yet ended, so that shutdown can end each with one response.
+_LIVE_CALLS: weakref.WeakSet[LLMCall] = weakref.WeakSet()
+#: ``error_class`` of a call still outstanding when the process shuts down.
+SHUTDOWN_ERROR: Final = "Shutdown"
+
+
+def _client_left(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the client leaving; if so, the request's turn is marked cut."""
+    if exc is None or not is_client_gone(exc):
+        return False
+    state = _STATE.get()
+    if state is not None:
+        state.turn_cut = True
+    return True
+
+
+def end_outstanding_calls(error_class: str = SHUTDOWN_ERROR) -> int:
+    """End every call still outstanding (shutdown): one response each, ``error_class`` set."""
+    ended = 0
+    for call in list(_LIVE_CALLS):
+        if not call.ended:
+            call.finish(error_class=error_class)
+            ended += 1
+    return ended
+
+
+before_exit(end_outstanding_calls)
 
 
 def _fresh_context(emitter: Emitter) -> RequestContext:
@@ -409,10 +440,10 @@ class AgentScope(_Scope):
         emitter, outer = self._emitter, self._outer
         if emitter is None or outer is None:
             return
-        elapsed = (time.monotonic() - self._started) * 1000
+        elapsed = _elapsed_ms(self._started)
         if exc is None:
             terminal, outcome = "ok", "ok"
-        elif isinstance(exc, Exception):
+        elif isinstance(exc, Exception) and not _client_left(exc):
             terminal, outcome = "err", "timeout" if is_timeout(exc) else "err"
             if claim_report(exc):
                 self._emit_in_span(
@@ -423,13 +454,13 @@ class AgentScope(_Scope):
                     context=self._inner,
                     parent_span_id=self.span_id,
                 )
-        else:
+        else:  # cancelled, interrupted, or the client left: stopped from outside
             terminal, outcome = "cancelled", "info"
         self._emit_in_span(
             emitter,
             "backend.agent.exit",
             outcome=outcome,
-            metadata={"terminal_outcome": terminal, "total_duration_ms": max(0, round(elapsed))},
+            metadata={"terminal_outcome": terminal, "total_duration_ms": elapsed},
             duration_ms=elapsed,
             context=outer,
             parent_span_id=outer.span_id,
@@ -461,8 +492,8 @@ class LLMCall(_Scope):
     response_token_count: int | None = None
     #: The call's span (its start envelope's) once recorded; None when nothing is recorded.
     span_id: str | None = None
-    #: ``time.monotonic()`` at start, and at the first response chunk (for an OpenTelemetry
-    #: bridge's time-to-first-chunk; no envelope carries it).
+    #: ``time.monotonic()`` at start, and at the first chunk of a streamed response: the time
+    #: to first token (``first_token_delta_ms`` on the heartbeats that follow and the response).
     started_at: float | None = None
     first_chunk_at: float | None = None
     #: True once the response envelope is emitted.
@@ -543,6 +574,7 @@ class LLMCall(_Scope):
         self._lock = threading.Lock()
         self.started_at = time.monotonic()
         self._live = True
+        _LIVE_CALLS.add(self)
         if emitter.otel is not None:
             self._otel_span = emitter.otel.start_llm_span(self.provider, self.model)
         self._emit_in_span(
@@ -583,6 +615,7 @@ class LLMCall(_Scope):
                 return
             self.ended = True
         self._live = False
+        _LIVE_CALLS.discard(self)
         if self._scheduled:
             scheduler().ended()
         emitter, ctx, started = self._emitter, self._ctx, self.started_at
@@ -591,20 +624,25 @@ class LLMCall(_Scope):
         if exc is not None:
             error_class = type(exc).__qualname__
             outcome = "timeout" if is_timeout(exc) else "err"
+            _client_left(exc)
         else:
             outcome = "ok" if error_class is None else "err"
         latency = _elapsed_ms(started)
+        metadata: dict[str, Any] = {
+            "provider": self.provider,
+            "model": self.model,
+            "response_token_count": self.response_token_count,
+            "latency_ms": latency,
+            "error_class": error_class,
+        }
+        first = self.time_to_first_chunk_ms
+        if first is not None:
+            metadata["first_token_delta_ms"] = first
         self._emit_in_span(
             emitter,
             "backend.llm.call.response",
             outcome=outcome,
-            metadata={
-                "provider": self.provider,
-                "model": self.model,
-                "response_token_count": self.response_token_count,
-                "latency_ms": latency,
-                "error_class": error_class,
-            },
+            metadata=metadata,
             duration_ms=latency,
             context=ctx,
             parent_span_id=self.span_id,
@@ -657,9 +695,17 @@ class LLMCall(_Scope):
             # also becomes a span event of the call's span.
             token = self._attach_span()
             try:
+                first = self.time_to_first_chunk_ms
                 emitter.emit(
                     "backend.llm.call.heartbeat",
-                    metadata={"elapsed_ms_since_start": _elapsed_ms(started)},
+                    # Once tokens flow, a heartbeat says since when: the call is streaming,
+                    # not waiting.
+                    metadata={"elapsed_ms_since_start": _elapsed_ms(started)}
+                    if first is None
+                    else {
+                        "elapsed_ms_since_start": _elapsed_ms(started),
+                        "first_token_delta_ms": first,
+                    },
                     context=self._ctx,
                     parent_span_id=self.span_id,
                 )

@@ -315,7 +315,21 @@ _live_sinks: weakref.WeakSet[QueuedLineSink] = weakref.WeakSet()
 _hooks_installed = False
 
 
+#: Run before the exit flush: what must still be said (a call outstanding at shutdown ends).
+_before_exit: list[Callable[[], object]] = []
+
+
+def before_exit(fn: Callable[[], object]) -> None:
+    """Have ``fn`` run at exit and on SIGTERM, just before the queued lines are written."""
+    _before_exit.append(fn)
+
+
 def flush_all(timeout: float = 5.0) -> None:
+    for fn in _before_exit:
+        try:
+            fn()
+        except Exception as exc:
+            record_failure("sink", exc)
     deadline = time.monotonic() + timeout
     for sink in list(_live_sinks):
         sink.flush(max(0.0, deadline - time.monotonic()))

@@ -13,6 +13,8 @@ pytest_plugins = ["pytester"]
 # Reference data vendored from the CVDIAG v1 publication (see tests/data/README.md): the suite
 # reads nothing outside the repository, so a fresh clone in an empty folder passes.
 REFERENCE = Path(__file__).resolve().parent / "data"
+#: CVDIAG v1's ``termination_kind`` values: the only ones cvdiag may write.
+V1_TERMINATION_KINDS = frozenset({"rst", "timeout", "chunk_error", "fin_premature"})
 
 
 @pytest.fixture
@@ -22,13 +24,26 @@ def capture() -> Iterator[Callable[..., MemorySink]]:
     The emitter is reset to disabled afterwards, so tests stay isolated.
     """
 
+    sinks: list[MemorySink] = []
+
     def start(tier: Tier | str = Tier.DEBUG, **options: object) -> MemorySink:
         sink = MemorySink()
+        sinks.append(sink)
         configure(Settings(enabled=True, tier=tier, **options), sinks=[sink])  # type: ignore[arg-type]
         return sink
 
     yield start
     configure(Settings(), sinks=[MemorySink()])
+    # Every test that captures holds the wire to CVDIAG v1's termination kinds, and to one
+    # type per field: every duration is whole milliseconds.
+    for sink in sinks:
+        for envelope in list(sink.envelopes):
+            metadata = envelope.get("metadata") or {}
+            kind = metadata.get("termination_kind")
+            assert kind is None or kind in V1_TERMINATION_KINDS, envelope
+            for key, value in metadata.items():
+                if key.endswith("_ms") or key.startswith("delta_ms"):
+                    assert value is None or type(value) is int, (key, envelope)
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from cvdiag import (
     flush,
     llm_call,
 )
+from tests.conftest import V1_TERMINATION_KINDS
 from tests.support.cli import cvdiag
 from tests.support.servers import serve_uvicorn
 
@@ -244,6 +245,17 @@ def test_gzip_and_stdin_read_the_same_envelopes(real_log: Path, tmp_path: Path) 
     assert piped.stdout == plain
 
 
+def test_every_termination_kind_a_real_server_wrote_is_v1(real_log: Path) -> None:
+    kinds = set()
+    for line in real_log.read_text().splitlines():
+        if line.startswith("CVDIAG {"):
+            kind = json.loads(line[7:])["metadata"].get("termination_kind")
+            if kind is not None:
+                kinds.add(kind)
+    assert kinds  # the scenarios include aborts
+    assert kinds <= V1_TERMINATION_KINDS
+
+
 def test_stats_by_class_counts_every_scenario(real_log: Path) -> None:
     report = _json(cvdiag("stats", str(real_log), "--json", "--by-class"))
     classes = report["classes"]["overall"]
@@ -256,6 +268,6 @@ def test_stats_by_class_counts_every_scenario(real_log: Path) -> None:
     assert classes == {k: v for k, v in expected.items() if v}
     chat = report["slugs"]["chat"]
     assert chat["requests"] == 11
-    assert chat["aborted"]["by_kind"]["client_disconnect"]["count"] == 2
+    assert chat["aborted"]["by_kind"]["rst"]["count"] == 2
     assert chat["heartbeats"] > 0
     assert chat["time_to_first_byte_ms"]["count"] >= 5

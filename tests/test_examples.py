@@ -217,7 +217,8 @@ def test_starlette_sse_client_abort(
         envelopes = story(cvdiag_events, test_id)
 
     aborted = only(envelopes, "backend.sse.aborted")
-    assert aborted["metadata"]["termination_kind"] == "client_disconnect"
+    assert aborted["metadata"]["termination_kind"] == "rst"
+    assert aborted["metadata"]["termination_cause"] == "client_disconnect"
     assert aborted["metadata"]["bytes_before_abort"] > 0
     assert not of(envelopes, "backend.response.complete")
     assert not of(envelopes, "backend.error.caught")  # a hang-up is not the app's error

@@ -75,7 +75,8 @@ def test_client_reads_two_chunks_and_closes(capture: Capture, server: str, clien
     envelopes = check_all(sink, "default")
     (aborted,) = terminals(envelopes)
     assert aborted["boundary"] == "backend.sse.aborted"
-    assert aborted["metadata"]["termination_kind"] == "client_disconnect"
+    assert aborted["metadata"]["termination_kind"] == "rst"
+    assert aborted["metadata"]["termination_cause"] == "client_disconnect"
     assert aborted["metadata"]["bytes_before_abort"] >= received > 0
     assert "backend.error.caught" not in boundaries(envelopes)
 
@@ -114,10 +115,16 @@ def test_endpoint_that_raises_before_responding(capture: Capture, server: str, c
     with serve(server, make_app()) as url, lib.Client(timeout=10) as http:
         response = http.get(f"{url}/chat/raises")
         assert response.status_code == 500  # the host's error handler answered
-        wait_for(lambda: "backend.error.caught" in boundaries(list(sink.envelopes)))
+        envelopes = wait_terminal(sink)
     envelopes = check_all(sink)
-    assert boundaries(envelopes) == ["backend.request.ingress", "backend.error.caught"]
-    error = envelopes[-1]["metadata"]
+    assert boundaries(envelopes) == [
+        "backend.request.ingress",
+        "backend.error.caught",
+        "backend.response.complete",
+    ]
+    complete = envelopes[-1]
+    assert (complete["outcome"], complete["metadata"]["http_status"]) == ("err", 500)
+    error = envelopes[-2]["metadata"]
     assert error["exception_type"] == "ValueError"
     assert error["message_scrubbed"] == "upstream refused key [REDACTED]"
     assert error["stack_brief"]

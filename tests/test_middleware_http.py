@@ -220,13 +220,20 @@ async def test_error_status_is_an_err_outcome(capture: Capture) -> None:
 # --- exactly one terminal ----------------------------------------------------------------------
 
 
-async def test_error_before_the_response_is_error_caught_alone(capture: Capture) -> None:
+async def test_error_before_the_response_is_reported_then_completes_500(capture: Capture) -> None:
     sink = capture("debug")
     with pytest.raises(ValueError, match="upstream refused") as raised:
         await call(make_app(), http_scope("/chat/raises"))
     envelopes = check_all(sink)
-    assert boundaries(envelopes) == ["backend.request.ingress", "backend.error.caught"]
-    error = envelopes[-1]
+    assert boundaries(envelopes) == [
+        "backend.request.ingress",
+        "backend.error.caught",
+        "backend.response.complete",
+    ]
+    complete = envelopes[-1]
+    assert complete["outcome"] == "err"
+    assert complete["metadata"]["http_status"] == 500  # what the server answers
+    error = envelopes[-2]
     assert error["outcome"] == "err"
     assert error["metadata"]["exception_type"] == "ValueError"
     assert "[REDACTED]" in error["metadata"]["message_scrubbed"]
@@ -285,6 +292,7 @@ async def test_an_abort_accounts_for_every_chunk_sent_before_it(
     assert aborted == {
         "termination_kind": "chunk_error",
         "bytes_before_abort": len(b"".join(events)),
+        "termination_cause": "app_error",
     }
 
 
@@ -315,7 +323,8 @@ async def test_client_disconnect_on_receive_is_an_abort_not_an_error(capture: Ca
     assert "backend.error.caught" not in boundaries(envelopes)
     (aborted,) = terminals(envelopes)
     assert aborted["boundary"] == "backend.sse.aborted"
-    assert aborted["metadata"]["termination_kind"] == "client_disconnect"
+    assert aborted["metadata"]["termination_kind"] == "rst"
+    assert aborted["metadata"]["termination_cause"] == "client_disconnect"
 
 
 async def test_oserror_from_send_is_a_client_disconnect(capture: Capture) -> None:
@@ -341,7 +350,8 @@ async def test_oserror_from_send_is_a_client_disconnect(capture: Capture) -> Non
     envelopes = check_all(sink)
     assert "backend.error.caught" not in boundaries(envelopes)
     (aborted,) = terminals(envelopes)
-    assert aborted["metadata"]["termination_kind"] == "client_disconnect"
+    assert aborted["metadata"]["termination_kind"] == "rst"
+    assert aborted["metadata"]["termination_cause"] == "send_failed"
     assert aborted["metadata"]["bytes_before_abort"] > 0
     assert only(envelopes, "backend.sse.first_byte")
 
@@ -362,7 +372,11 @@ async def test_cancellation_is_an_abort_not_an_error(capture: Capture) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     (aborted,) = terminals(list(sink.envelopes))
-    assert aborted["metadata"] == {"termination_kind": "cancelled", "bytes_before_abort": 1}
+    assert aborted["metadata"] == {
+        "termination_kind": "fin_premature",
+        "bytes_before_abort": 1,
+        "termination_cause": "cancelled",
+    }
     assert "backend.error.caught" not in boundaries(list(sink.envelopes))
 
 
@@ -384,7 +398,8 @@ async def test_app_returning_without_finishing(
 
     await call(CvdiagMiddleware(app), http_scope("/"))
     (aborted,) = terminals(list(sink.envelopes))
-    assert aborted["metadata"]["termination_kind"] == kind
+    assert aborted["metadata"]["termination_kind"] == "fin_premature"
+    assert aborted["metadata"]["termination_cause"] == kind
 
 
 async def test_disconnect_after_the_body_is_not_an_abort(capture: Capture) -> None:
@@ -620,6 +635,61 @@ async def test_lifespan_shutdown_writes_what_is_queued(monkeypatch: pytest.Monke
     assert written_at_completion == [50]
 
 
+async def test_a_call_outstanding_at_shutdown_ends_saying_so(capture: Capture) -> None:
+    from cvdiag import llm_call
+
+    sink = capture("verbose", heartbeat_interval=0.02)
+    waiting = asyncio.Event()
+
+    async def hung_call() -> None:
+        async with llm_call("fake", "fake-1"):
+            waiting.set()
+            await asyncio.Event().wait()  # a provider that never answers
+
+    task = asyncio.ensure_future(hung_call())
+    await waiting.wait()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def receive() -> Any:
+        return {"type": "lifespan.shutdown"}
+
+    await CvdiagMiddleware(app)({"type": "lifespan"}, receive, send)
+    (answer,) = [e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]
+    assert (answer["outcome"], answer["metadata"]["error_class"]) == ("err", "Shutdown")
+    await asyncio.sleep(0.1)
+    assert list(sink.envelopes)[-1] is answer  # no heartbeat after it
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len([e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]) == 1
+
+
+async def test_a_declared_length_fully_sent_is_complete_though_the_client_left_first(
+    capture: Capture,
+) -> None:
+    sink = capture("default")
+    incoming: list[dict[str, Any]] = [{"type": "http.request", "body": b""}]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"10")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"0123456789", "more_body": True})
+        await receive()  # the request body
+        await receive()  # the client, with every promised byte, hangs up
+        await send({"type": "http.response.body", "body": b""})
+
+    incoming.append({"type": "http.disconnect"})
+    await call(CvdiagMiddleware(app), http_scope("/"), incoming)
+    (terminal,) = terminals(list(sink.envelopes))
+    assert terminal["boundary"] == "backend.response.complete"
+    assert terminal["metadata"]["content_length"] == 10
+
+
 async def test_exclude_paths_exact_and_regex(capture: Capture) -> None:
     sink = capture("debug")
     app = make_app(exclude_paths=("/health", re.compile(r"/chat/sse.*")))
@@ -690,8 +760,12 @@ async def test_an_exception_reported_by_a_scope_is_not_reported_again(capture: C
     assert len(errors) == 1  # the scope's: it names the failing agent's span as its parent
     (enter,) = [e for e in envelopes if e["boundary"] == "backend.agent.enter"]
     assert errors[0]["parent_span_id"] == enter["span_id"]
-    assert boundaries(envelopes)[-2:] == ["backend.error.caught", "backend.agent.exit"]
-    assert terminals(envelopes) == []  # error.caught alone ends the request
+    assert boundaries(envelopes)[-3:] == [
+        "backend.error.caught",
+        "backend.agent.exit",
+        "backend.response.complete",
+    ]
+    assert terminals(envelopes)[0]["metadata"]["http_status"] == 500
 
 
 async def test_a_middleware_with_its_own_settings_serves_scopes_inside_too(

@@ -143,7 +143,7 @@ async def run_ws(
     [
         (1000, "backend.response.complete", None),
         (1005, "backend.sse.aborted", "rst"),  # uvicorn's code for a dropped connection
-        (1001, "backend.sse.aborted", "client_close"),
+        (1001, "backend.response.complete", None),  # between turns: going away is an end
         (1006, "backend.sse.aborted", "rst"),
     ],
 )
@@ -189,11 +189,15 @@ async def test_error_after_accept(capture: Capture) -> None:
         await run_ws(CvdiagMiddleware(app), [{"type": "websocket.connect"}])
     envelopes = list(sink.envelopes)
     assert boundaries(envelopes) == ["backend.error.caught", "backend.sse.aborted"]
-    assert envelopes[-1]["metadata"] == {"termination_kind": "chunk_error", "bytes_before_abort": 2}
+    assert envelopes[-1]["metadata"] == {
+        "termination_kind": "chunk_error",
+        "bytes_before_abort": 2,
+        "termination_cause": "app_error",
+    }
     assert FAKE_KEY not in str(envelopes)
 
 
-async def test_error_before_accept_is_error_caught_alone(capture: Capture) -> None:
+async def test_error_before_accept_is_reported_then_completes_500(capture: Capture) -> None:
     sink = capture("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -201,7 +205,9 @@ async def test_error_before_accept_is_error_caught_alone(capture: Capture) -> No
 
     with pytest.raises(RuntimeError):
         await run_ws(CvdiagMiddleware(app), [{"type": "websocket.connect"}])
-    assert boundaries(list(sink.envelopes)) == ["backend.error.caught"]
+    envelopes = list(sink.envelopes)
+    assert boundaries(envelopes) == ["backend.error.caught", "backend.response.complete"]
+    assert (envelopes[-1]["outcome"], envelopes[-1]["metadata"]["http_status"]) == ("err", 500)
 
 
 async def test_refused_handshake_is_a_complete_with_403(capture: Capture) -> None:

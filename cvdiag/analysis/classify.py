@@ -40,8 +40,9 @@ DEFAULT_FIRST_TOKEN_TIMEOUT: Final = 60.0
 MITIGATIONS: Final = frozenset({"challenge", "jschallenge", "block"})
 #: ``via`` values that name a proxy between the edge and the backend.
 PROXIES: Final = ("squid", "varnish", "nginx-proxy", "unknown-proxy")
-#: ``termination_kind`` values meaning the client ended the stream.
-CLIENT_ABORTS: Final = frozenset({"client_disconnect", "client_close", "rst"})
+#: Abort causes meaning the client ended the stream: ``termination_cause`` where the log has
+#: it, else ``termination_kind`` (v1's ``rst``, or the words of logs cvdiag 0.1 wrote).
+CLIENT_ABORTS: Final = frozenset({"client_disconnect", "client_close", "send_failed", "rst"})
 #: Envelopes kept per kind of evidence: enough to show, small enough to keep for every test id.
 _KEEP: Final = 8
 
@@ -163,7 +164,7 @@ class Facts:
         elif boundary == "backend.sse.aborted":
             self.abort_count += 1
             if len(self.aborts) < _KEEP:
-                kind = meta.get("termination_kind")
+                kind = meta.get("termination_cause") or meta.get("termination_kind")
                 self.aborts.append((kind if isinstance(kind, str) else "?", Ref.of(record)))
 
     def _add_completion(self, record: Record, outcome: str, meta: dict[str, Any]) -> None:

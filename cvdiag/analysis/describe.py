@@ -85,9 +85,10 @@ def _sse_event(m: Meta) -> str:
 
 
 def _aborted(m: Meta) -> str:
-    return (
-        f"{text(m.get('termination_kind'), 32)} after {text(m.get('bytes_before_abort'), 16)} bytes"
-    )
+    kind = text(m.get("termination_kind"), 32)
+    if m.get("termination_cause") is not None:
+        kind += f"/{text(m.get('termination_cause'), 32)}"
+    return f"{kind} after {text(m.get('bytes_before_abort'), 16)} bytes"
 
 
 def _complete(m: Meta) -> str:

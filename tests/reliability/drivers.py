@@ -45,7 +45,8 @@ def http_scope(
         "method": method,
         "scheme": "http",
         "path": path,
-        "raw_path": path.encode("utf-8", "surrogateescape"),
+        # Any str a fuzzer makes, lone surrogates included, becomes some bytes.
+        "raw_path": path.encode("utf-8", "surrogatepass"),
         "query_string": query,
         "root_path": "",
         "headers": list(headers),

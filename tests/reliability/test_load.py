@@ -106,4 +106,5 @@ def every_request_told_its_own_story(
         else:
             # The server held the rest of its stream until this client had left: it was cut.
             assert terminal["boundary"] == "backend.sse.aborted", (r.test_id, terminal)
-            assert terminal["metadata"]["termination_kind"] == "client_disconnect"
+            assert terminal["metadata"]["termination_kind"] == "rst"
+            assert terminal["metadata"]["termination_cause"] == "client_disconnect"
