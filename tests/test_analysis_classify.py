@@ -287,3 +287,43 @@ def test_slugs_are_capped() -> None:
     report.feed(_records(*stories))
     assert len(report.slugs) == stats.MAX_SLUGS + 1
     assert report.slugs[stats.OTHER].ingress == 10
+
+
+def _long_stream(*, first_token: bool) -> Story:
+    """A 2.6 s healthy stream whose first token came at 55 ms."""
+    story = Story("long" if first_token else "long-old")
+    story.ingress()
+    agent = story.agent(1)
+    call = story.llm_start(2, agent)
+    story.first_byte(60)
+    for at in (1002, 2002):
+        beat = story.heartbeat(at, call, at - 2)
+        if first_token:
+            story.envelopes[-1]["metadata"]["first_token_delta_ms"] = 55
+        assert beat
+    story.llm_response(2602, call, 2600)
+    if first_token:
+        story.envelopes[-1]["metadata"]["first_token_delta_ms"] = 55
+    story.events(61, 40, step=60)
+    story.agent_exit(2650, 1, agent)
+    story.complete(2700, events=40)
+    return story
+
+
+def test_a_long_stream_with_an_early_first_token_is_healthy() -> None:
+    verdict = _classify(_long_stream(first_token=True), timeout=1)
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert _classify(_long_stream(first_token=True), timeout=0.05).flap_class == (
+        "slow-first-token"
+    )
+
+
+def test_replay_shows_the_time_to_first_token() -> None:
+    from cvdiag.analysis.describe import describe
+
+    response = next(
+        e
+        for e in _long_stream(first_token=True).envelopes
+        if e["boundary"] == "backend.llm.call.response"
+    )
+    assert "first_token=55ms" in describe(response)

@@ -78,6 +78,8 @@ class Call:
     outcome: str | None = None
     error_class: str | None = None
     latency_ms: float | None = None
+    #: Time to first token of a streamed call (``first_token_delta_ms``), when the log has it.
+    first_token_ms: float | None = None
     tokens: float | None = None
     heartbeats: int = 0
     max_elapsed_ms: float | None = None
@@ -212,9 +214,13 @@ class Facts:
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
             call.last_heartbeat = Ref.of(record)
-            elapsed = number(meta.get("elapsed_ms_since_start"))
-            if elapsed is not None:
-                call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
+            first = number(meta.get("first_token_delta_ms"))
+            if first is not None:  # tokens flow: streaming, no longer waiting
+                call.first_token_ms = first
+            else:
+                elapsed = number(meta.get("elapsed_ms_since_start"))
+                if elapsed is not None:
+                    call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
         elif boundary.endswith(".response"):
             call.response = Ref.of(record)
             call.outcome = env["outcome"]
@@ -224,6 +230,8 @@ class Facts:
             latency = number(meta.get("latency_ms"))
             call.latency_ms = latency if latency is not None else number(env.get("duration_ms"))
             call.tokens = number(meta.get("response_token_count"))
+            first = number(meta.get("first_token_delta_ms"))
+            call.first_token_ms = first if first is not None else call.first_token_ms
 
 
 def _string(value: Any) -> str | None:
@@ -370,6 +378,7 @@ def _call_json(call: Call) -> dict[str, Any]:
         "outcome": call.outcome,
         "error_class": call.error_class,
         "latency_ms": call.latency_ms,
+        "first_token_delta_ms": call.first_token_ms,
         "response_token_count": call.tokens,
         "heartbeats": call.heartbeats,
         "max_elapsed_ms": call.max_elapsed_ms,
@@ -384,7 +393,17 @@ def _slow(ctx: _Context) -> _Finding:
         found.add(f"the first byte left {ms(delta)} after ingress, past {ctx.timeout()}", [ref])
         facts["first_byte_ms"] = delta
     for call in f.calls.values():
-        if call.latency_ms is not None and call.latency_ms > limit:
+        # A streamed call is judged on its first token, never on how long its stream lasted.
+        if call.first_token_ms is not None:
+            if call.first_token_ms > limit:
+                found.add(
+                    f"LLM call {call.label} sent its first token after"
+                    f" {ms(call.first_token_ms)}, past {ctx.timeout()}",
+                    call.refs(),
+                )
+                facts["llm_call"] = _call_json(call)
+                break
+        elif call.latency_ms is not None and call.latency_ms > limit:
             found.add(
                 f"LLM call {call.label} answered after {ms(call.latency_ms)}, past {ctx.timeout()}",
                 call.refs(),

@@ -60,6 +60,11 @@ def _llm_start(m: Meta) -> str:
 
 
 def _llm_heartbeat(m: Meta) -> str:
+    if m.get("first_token_delta_ms") is not None:
+        return (
+            f"streaming after {ms(m.get('elapsed_ms_since_start'))}"
+            f" (first token at {ms(m.get('first_token_delta_ms'))})"
+        )
     return f"still waiting after {ms(m.get('elapsed_ms_since_start'))}"
 
 
@@ -68,6 +73,8 @@ def _llm_response(m: Meta) -> str:
     tokens = m.get("response_token_count")
     line += f" tokens={'?' if tokens is None else text(tokens, 12)}"
     line += f" latency={ms(m.get('latency_ms'))}"
+    if m.get("first_token_delta_ms") is not None:
+        line += f" first_token={ms(m.get('first_token_delta_ms'))}"
     if m.get("error_class"):
         line += f" error={text(m.get('error_class'), 40)}"
     return line
