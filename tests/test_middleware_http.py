@@ -669,6 +669,33 @@ async def test_a_call_outstanding_at_shutdown_ends_saying_so(capture: Capture) -
     assert len([e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]) == 1
 
 
+def test_a_call_outstanding_at_exit_or_sigterm_ends_saying_so(capture: Capture) -> None:
+    from cvdiag import llm_call
+    from cvdiag.sinks import flush_all
+
+    sink = capture("verbose")
+    with llm_call("fake", "fake-1"):
+        flush_all(timeout=1.0)  # what atexit and the SIGTERM handler run
+        (answer,) = [e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]
+    assert answer["metadata"]["error_class"] == "Shutdown"
+    assert len([e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]) == 1
+
+
+async def test_pathsend_counts_the_files_size(capture: Capture, tmp_path: Any) -> None:
+    sink = capture("default")
+    served = tmp_path / "report.bin"
+    served.write_bytes(b"x" * 123_456)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.pathsend", "path": str(served)})
+
+    await call(CvdiagMiddleware(app), http_scope("/"))
+    (terminal,) = terminals(list(sink.envelopes))
+    assert terminal["boundary"] == "backend.response.complete"
+    assert terminal["metadata"]["content_length"] == 123_456
+
+
 async def test_a_declared_length_fully_sent_is_complete_though_the_client_left_first(
     capture: Capture,
 ) -> None:
