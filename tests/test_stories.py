@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
+import anthropic
 import httpx
 import httpx2
 import openai
@@ -73,32 +74,57 @@ def provider() -> Iterator[tuple[FakeProvider, str]]:
         yield fake, url
 
 
-def sdk_app(provider_url: str) -> FastAPI:
+def sdk_clients(provider_url: str) -> dict[str, tuple[Any, Any]]:
+    """Per API, an async and a sync way to open a stream through instrumented httpx2 clients."""
     hosts = {provider_url.removeprefix("http://"): "openai"}
-    aio = openai.AsyncOpenAI(
-        base_url=f"{provider_url}/v1",
-        api_key="sk-test",
-        max_retries=0,
-        http_client=instrument_httpx(httpx2.AsyncClient(), llm_hosts=hosts),
-    )
-    sync = openai.OpenAI(
-        base_url=f"{provider_url}/v1",
-        api_key="sk-test",
-        max_retries=0,
-        http_client=instrument_httpx(httpx2.Client(), llm_hosts=hosts),
-    )
+
+    def http(sync: bool) -> Any:
+        return instrument_httpx(httpx2.Client() if sync else httpx2.AsyncClient(), llm_hosts=hosts)
+
+    options: dict[str, Any] = {"api_key": "sk-test", "max_retries": 0}
+    oai = openai.AsyncOpenAI(base_url=f"{provider_url}/v1", http_client=http(False), **options)
+    oai_sync = openai.OpenAI(base_url=f"{provider_url}/v1", http_client=http(True), **options)
+    claude = anthropic.AsyncAnthropic(base_url=provider_url, http_client=http(False), **options)
+    claude_sync = anthropic.Anthropic(base_url=provider_url, http_client=http(True), **options)
+    chat: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": PROMPT,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    responses: dict[str, Any] = {"model": "gpt-4o-mini", "input": "Say hello", "stream": True}
+    messages: dict[str, Any] = {
+        "model": "claude-sonnet",
+        "max_tokens": 64,
+        "messages": PROMPT,
+        "stream": True,
+    }
+    return {
+        "chat": (
+            lambda: oai.chat.completions.create(**chat),
+            lambda: oai_sync.chat.completions.create(**chat),
+        ),
+        "responses": (
+            lambda: oai.responses.create(**responses),
+            lambda: oai_sync.responses.create(**responses),
+        ),
+        "messages": (
+            lambda: claude.messages.create(**messages),
+            lambda: claude_sync.messages.create(**messages),
+        ),
+    }
+
+
+def sdk_app(provider_url: str) -> FastAPI:
+    clients = sdk_clients(provider_url)
     app = FastAPI()
     app.add_middleware(CvdiagMiddleware)
 
-    @app.post("/async/{mode}")
-    async def read_async(mode: str) -> dict[str, int]:
+    @app.post("/async/{api}/{mode}")
+    async def read_async(api: str, mode: str) -> dict[str, int]:
         seen = 0
         async with agent_scope("async-agent"):
-            chunks = await aio.chat.completions.create(
-                model="gpt-4o-mini",
-                messages=PROMPT,
-                stream=True,  # type: ignore[arg-type]
-            )
+            chunks = await clients[api][0]()
             try:
                 async for _chunk in chunks:  # the docs' own loop, never closed
                     seen += 1
@@ -110,15 +136,11 @@ def sdk_app(provider_url: str) -> FastAPI:
                 pass
         return {"seen": seen}
 
-    @app.post("/sync/{mode}")
-    def read_sync(mode: str) -> dict[str, int]:
+    @app.post("/sync/{api}/{mode}")
+    def read_sync(api: str, mode: str) -> dict[str, int]:
         seen = 0
         with agent_scope("sync-agent"):
-            chunks = sync.chat.completions.create(
-                model="gpt-4o-mini",
-                messages=PROMPT,
-                stream=True,  # type: ignore[arg-type]
-            )
+            chunks = clients[api][1]()
             try:
                 for _chunk in chunks:
                     seen += 1
@@ -133,27 +155,34 @@ def sdk_app(provider_url: str) -> FastAPI:
     return app
 
 
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 @pytest.mark.parametrize("flavour", ["async", "sync"])
 @pytest.mark.parametrize("mode", ["end", "break", "raise"])
 def test_an_sdk_stream_ends_its_call_once_before_the_request_ends(
-    capture: Capture, provider: tuple[FakeProvider, str], flavour: str, mode: str
+    capture: Capture, provider: tuple[FakeProvider, str], api: str, flavour: str, mode: str
 ) -> None:
     sink = capture("verbose", heartbeat_interval=0.02)
     test_id = new_uuid7()
     with serve_uvicorn(sdk_app(provider[1])) as url:
-        reply = httpx.post(f"{url}/{flavour}/{mode}", headers={"x-test-id": test_id}, timeout=10)
-        assert reply.status_code == 200
+        reply = httpx.post(
+            f"{url}/{flavour}/{api}/{mode}", headers={"x-test-id": test_id}, timeout=10
+        )
+        assert reply.status_code == 200, reply.text
         envelopes = settled(sink, test_id)
     assert names(envelopes)[-1] == "backend.response.complete"  # nothing after the terminal
     (answer,) = [e for e in envelopes if e["boundary"] == "backend.llm.call.response"]
     assert isinstance(answer["metadata"]["first_token_delta_ms"], int)
     assert answer["metadata"]["first_token_delta_ms"] <= answer["metadata"]["latency_ms"]
     if mode == "end":
-        # The SDK closes the response after data: [DONE]: a finished stream is a complete call.
+        # The SDK may close the response right after the provider's own end event ([DONE],
+        # message_stop, response.completed): a finished stream is a complete call.
         assert (answer["outcome"], answer["metadata"]["error_class"]) == ("ok", None)
+        assert answer["metadata"]["response_token_count"] == len(provider[0].words)
     else:
         assert answer["outcome"] == "err"
-        assert answer["metadata"]["error_class"] == "StreamCancelledUnclosed"
+        # Left unread: ended by the request. An SDK whose dropped sync iterator closes its
+        # response on the way out (anthropic) closes it first: a stream closed early.
+        assert answer["metadata"]["error_class"] in {"StreamCancelledUnclosed", "StreamCancelled"}
     assert "backend.error.caught" not in names(envelopes)
 
 
@@ -309,16 +338,17 @@ def gzip_app(*, cvdiag_outside: bool) -> FastAPI:
     return app
 
 
+@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
 @pytest.mark.parametrize("tier", ["default", "debug"])
 @pytest.mark.parametrize("path", ["json", "sse", "ndjson"])
 def test_sizes_and_counts_are_the_apps_beside_compression(
-    capture: Capture, path: str, tier: str
+    capture: Capture, path: str, tier: str, server: str
 ) -> None:
     sink = capture(tier)
     seen: dict[bool, tuple[int, int, bytes]] = {}
     for outside in (False, True):
         test_id = new_uuid7()
-        with serve_uvicorn(gzip_app(cvdiag_outside=outside)) as url:
+        with SERVERS[server](gzip_app(cvdiag_outside=outside)) as url:
             with httpx.Client(timeout=10) as client:
                 reply = client.get(
                     f"{url}/{path}",

@@ -66,6 +66,7 @@ class FakeProvider:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
             ]
         )
 
@@ -186,6 +187,60 @@ class FakeProvider:
                 "usage": {"prompt_tokens": PROMPT_TOKENS, "total_tokens": PROMPT_TOKENS},
             }
         )
+
+    # -- OpenAI Responses API ---------------------------------------------------------------
+
+    async def _responses(self, request: Request) -> Response:
+        body = await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        model = str(body.get("model", "unknown"))
+        text = self.reply
+        message = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        response: dict[str, Any] = {
+            "id": "resp_fake",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": "completed",
+            "output": [message],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": PROMPT_TOKENS,
+                "output_tokens": self.completion_tokens,
+                "total_tokens": PROMPT_TOKENS + self.completion_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+        if not body.get("stream"):
+            return JSONResponse(response)
+        sequence = iter(range(1_000_000))
+
+        def event(name: str, data: dict[str, Any]) -> str:
+            payload = {"type": name, "sequence_number": next(sequence), **data}
+            return f"event: {name}\ndata: {json.dumps(payload)}\n\n"
+
+        pending = {**response, "status": "in_progress", "output": [], "usage": None}
+        frames = [event("response.created", {"response": pending})]
+        frames += [
+            event(
+                "response.output_text.delta",
+                {"item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": word},
+            )
+            for word in self.words
+        ]
+        frames.append(event("response.completed", {"response": response}))
+        return self._stream(frames)
 
     # -- Anthropic ------------------------------------------------------------------------------
 
