@@ -1,4 +1,5 @@
-"""Per-envelope cost of ``emit`` to the real stdout sink, beside ``orjson.dumps`` alone.
+"""Per-envelope cost of ``emit`` to the real stdout sink, beside ``orjson.dumps`` alone; and
+the cost of minting a UUIDv7 with cvdiag's RFC 9562 counter beside ``uuid6.uuid7()``.
 
 Run: ``python benchmarks/emit.py [--n 50000]``. stdout is pointed at /dev/null for the run so
 the figures measure cvdiag, not the terminal; results go to stderr.
@@ -16,10 +17,12 @@ import sys
 import time
 
 import orjson
+import uuid6
 
 from cvdiag import RequestContext, Settings, configure, flush
 from cvdiag.context import set_context
 from cvdiag.envelope import NULL_EDGE_HEADERS, build
+from cvdiag.ids import new_uuid7
 
 METADATA = {"event_type": "TEXT_MESSAGE_CONTENT", "payload_size_bytes": 187, "sequence_num": 12}
 
@@ -58,6 +61,8 @@ def main() -> None:
     )
     emit_ns: list[int] = []
     dumps_ns: list[int] = []
+    ours_ns: list[int] = []
+    uuid6_ns: list[int] = []
     per_round = max(1, args.n // args.rounds)
     clock = time.perf_counter_ns
     for _ in range(args.rounds):
@@ -69,12 +74,25 @@ def main() -> None:
             start = clock()
             emitter.emit("backend.sse.event", metadata=METADATA)
             emit_ns.append(clock() - start)
+        for _ in range(per_round):
+            start = clock()
+            new_uuid7()
+            ours_ns.append(clock() - start)
+        for _ in range(per_round):
+            start = clock()
+            str(uuid6.uuid7())
+            uuid6_ns.append(clock() - start)
         flush(30)  # the writer drains between rounds; the queue never overflows
     flush(30)
     sys.stdout = real_stdout
     dropped = emitter.stats()["queue_dropped"]
 
-    rows = [("orjson.dumps alone (floor)", dumps_ns), ("cvdiag emit → stdout sink", emit_ns)]
+    rows = [
+        ("orjson.dumps alone (floor)", dumps_ns),
+        ("cvdiag emit → stdout sink", emit_ns),
+        ("uuid6.uuid7() (was cvdiag's)", uuid6_ns),
+        ("cvdiag.ids.new_uuid7()", ours_ns),
+    ]
     print(f"{'variant':32} {'median µs':>10} {'p99 µs':>10} {'mean µs':>10}", file=sys.stderr)
     for name, samples in rows:
         print(

@@ -12,7 +12,7 @@ no network. Variants, interleaved in every round (the order rotates from round t
   (g) verbose tier with the OpenTelemetry bridge on (same SDK provider, set globally)
   (h) the floor: not cvdiag, but the least any middleware doing this job must do per request:
       wrap ``send`` (its terminal comes after the final body message), set a context variable,
-      mint a uuid6 trace id and queue one orjson line. What (c) costs above (h) is cvdiag's own.
+      mint a UUIDv7 trace id and queue one orjson line. What (c) costs above (h) is cvdiag's own.
 
 Sink: the real ``StdoutSink`` (its queue and writer thread included), with ``sys.stdout``
 pointed at /dev/null for the run; each round ends with a flush, outside the timed calls. Each
@@ -37,7 +37,6 @@ from contextvars import ContextVar
 from typing import Any
 
 import orjson
-import uuid6
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.trace import TracerProvider
@@ -50,6 +49,7 @@ from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, Settings, configure
 from cvdiag.emitter import Emitter
+from cvdiag.ids import new_uuid7
 
 EVENTS = 20
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
@@ -73,7 +73,7 @@ class Floor:
         self.lines: deque[bytes] = deque(maxlen=10_000)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        trace_id = str(uuid6.uuid7())
+        trace_id = new_uuid7()
         token = _FLOOR_CONTEXT.set(trace_id)
 
         async def observed(message: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -412,11 +412,13 @@ class _HTTPExchange(_Exchange):
                 self.broken(exc)
         return message
 
-    async def send(self, message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
         held = self.held
         if held is not None:
-            # The hot path. Only body messages carry a "body"; the last one (no more_body), a
-            # large or mutable chunk and a full batch take the long way below.
+            # The hot path, a plain call: a small mid-stream chunk is held by reference and
+            # the server's own ``send`` awaited directly, with no coroutine of ours around it.
+            # A send failing here is known by its class (uvicorn's ``ClientDisconnected``,
+            # Starlette's ``ClientDisconnect``) when it escapes the app.
             body = message.get("body")
             if (
                 body.__class__ is bytes
@@ -425,12 +427,10 @@ class _HTTPExchange(_Exchange):
                 and len(held) < _HOLD_CHUNKS
             ):
                 held.append(body)
-                try:
-                    await self._send(message)
-                except BaseException as exc:
-                    self._send_failed(exc)
-                    raise
-                return
+                return self._send(message)
+        return self._send_seen(message)
+
+    async def _send_seen(self, message: Message) -> None:
         ended = False
         if self.active:
             try:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,32 @@ def test_minted_ids_are_time_ordered_uuid7() -> None:
     assert all(UUID7.match(i) for i in ids)
     assert len(set(ids)) == 100
     assert uuid.UUID(ids[0]).version == 7
+
+
+def _stamp_ms(value: str) -> int:
+    return int(value.replace("-", "")[:12], 16)
+
+
+def test_minted_ids_keep_to_the_wall_clock_at_any_rate() -> None:
+    # uuid6 2025.0.1 ran one millisecond ahead per id minted in the same millisecond: 200,000
+    # ids in a second ended minutes in the future. RFC 9562's counter keeps the stamp true.
+    before = time.time_ns() // 1_000_000
+    ids = [new_uuid7() for _ in range(200_000)]
+    after = time.time_ns() // 1_000_000
+    assert before <= _stamp_ms(ids[0])
+    assert _stamp_ms(ids[-1]) <= after + 1000
+    assert ids == sorted(ids)  # time-ordered, within a millisecond too
+    assert len(set(ids)) == len(ids)
+    parsed = uuid.UUID(ids[-1])
+    assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+
+
+def test_minted_ids_are_unique_across_threads() -> None:
+    with ThreadPoolExecutor(4) as pool:
+        batches = list(pool.map(lambda _: [new_uuid7() for _ in range(20_000)], range(4)))
+    minted = [i for batch in batches for i in batch]
+    assert len(set(minted)) == len(minted)
+    assert all(batch == sorted(batch) for batch in batches)
 
 
 def test_span_ids() -> None:

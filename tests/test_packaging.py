@@ -16,7 +16,7 @@ def test_runtime_dependencies_are_exactly_the_four() -> None:
     runtime = sorted(
         re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in requires if "extra ==" not in r
     )
-    assert runtime == ["opentelemetry-api", "orjson", "starlette", "uuid6"]
+    assert runtime == ["opentelemetry-api", "orjson", "starlette"]
 
 
 def test_typed_and_schema_are_packaged() -> None:
