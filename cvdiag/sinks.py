@@ -1,11 +1,14 @@
 """Where envelopes go: stdout (the default), a file, a logger, memory, or any callable.
 
-Stdout and file sinks never block the caller: lines go into a bounded queue that one writer
-thread drains. A slow or wedged pipe costs dropped (and counted) envelopes, never latency.
+Stdout and file sinks never block the caller: lines go into a bounded queue. On an event loop
+the stdout sink drains it from the loop itself, once per burst, with non-blocking writes to a
+descriptor of its own (cvdiag/descriptor.py); elsewhere, and for flush and exit, one writer
+thread drains it. A slow or wedged pipe costs dropped (and counted) envelopes, never latency.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
 import contextlib
@@ -21,6 +24,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import IO, Any, Protocol, runtime_checkable
 
+from cvdiag.descriptor import close_descriptor, own_descriptor, write_all, write_some
 from cvdiag.guard import record_failure
 
 PREFIX = b"CVDIAG "
@@ -96,6 +100,15 @@ class QueuedLineSink(_Sink):
         self._start_lock = threading.Lock()
         self._count_lock = threading.Lock()  # only the drop path takes it
         self._closed = False
+        #: Held by whoever takes lines off the queue and writes them (the loop or the thread),
+        #: so batches go out whole and in emit order.
+        self._write_lock = threading.Lock()
+        #: What a non-blocking write on the loop could not place yet: written before anything.
+        self._rest = b""
+        #: The loop a drain is scheduled on (one per burst).
+        self._drain_on: asyncio.AbstractEventLoop | None = None
+        #: A flush wants the thread to write now, whoever was to.
+        self._forced = False
         #: Builds the ``cvdiag.queue_dropped`` line; the emitter that owns the sink sets it.
         self.drop_report: Callable[[int], bytes | None] | None = None
 
@@ -111,6 +124,17 @@ class QueuedLineSink(_Sink):
             else:
                 self._count_drop(1)
         queue.append(line)
+        loop = _running_loop()
+        if loop is not None:
+            fd = self._loop_descriptor()
+            if fd is not None:
+                # On the loop: drain from the loop, once per burst; no thread wakes.
+                if self._drain_on is not loop:
+                    self._drain_on = loop
+                    loop.call_later(self.LINGER, self._drain_from_loop, fd)
+                    if self._thread is None:
+                        self._start()  # idle: it writes for flush, exit and a closed loop
+                return
         if self._idle:
             self._idle = False
             self._ring()
@@ -120,8 +144,9 @@ class QueuedLineSink(_Sink):
         if self._thread is None:
             return
         deadline = time.monotonic() + timeout
+        self._forced = True
         self._ring()
-        while (self._queue or self._busy) and time.monotonic() < deadline:
+        while (self._queue or self._busy or self._rest) and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def close(self) -> None:
@@ -134,6 +159,75 @@ class QueuedLineSink(_Sink):
             self._start()
         with contextlib.suppress(RuntimeError):  # already rung: the writer has yet to answer
             self._bell.release()
+
+    # -- the loop's side --------------------------------------------------------------------
+
+    def _loop_descriptor(self) -> int | None:
+        """A non-blocking descriptor to write from the loop, or None to use the thread."""
+        return None
+
+    def _drain_from_loop(self, fd: int) -> None:
+        """Write what is queued without blocking; what the pipe cannot take now waits."""
+        self._drain_on = None
+        if not self._write_lock.acquire(blocking=False):
+            return  # the thread is writing, and takes what is queued with it
+        try:
+            if not self._rest:
+                lines = self._take(len(self._queue))
+                if lines:
+                    self._rest = self._batch_bytes(lines)
+            if self._rest:
+                self._rest = self._rest[write_some(fd, self._rest) :]
+        except Exception as exc:  # a broken pipe: what was taken is lost, and counted
+            self._lost(self._rest, exc)
+            self._rest = b""
+        finally:
+            self._write_lock.release()
+        if self._rest or self._queue:
+            loop = _running_loop()
+            if loop is not None and self._drain_on is None:  # a full pipe: try again later
+                self._drain_on = loop
+                loop.call_later(self.LINGER, self._drain_from_loop, fd)
+
+    def _loop_drains(self) -> bool:
+        """Whether a live event loop will write what is queued, so the thread need not wake
+        (unless a flush asks it to): a loop that closed first leaves its lines to the thread."""
+        loop = self._drain_on
+        return loop is not None and not self._forced and not loop.is_closed()
+
+    def _take(self, count: int) -> list[bytes]:
+        queue = self._queue
+        batch: list[bytes] = []
+        while queue and len(batch) < count:
+            batch.append(queue.popleft())
+        return batch
+
+    def _batch_bytes(self, lines: list[bytes]) -> bytes:
+        """The batch's bytes, after the drop report it owes, if any; counts it written."""
+        data = PREFIX + _LINE_BREAK.join(lines) + b"\n"
+        self.written += len(lines)
+        report = self._drop_report_line()
+        return report + data if report else data
+
+    def _lost(self, data: bytes, exc: BaseException) -> None:
+        lines = data.count(b"\n")
+        self.written -= lines
+        self._count_drop(lines)
+        record_failure("sink", exc)
+
+    def _drop_report_line(self) -> bytes:
+        if not self._unreported or self.drop_report is None:
+            return b""
+        with self._count_lock:
+            count, self._unreported = self._unreported, 0
+        try:
+            report = self.drop_report(count)
+        except Exception as exc:
+            with self._count_lock:
+                self._unreported += count
+            record_failure("sink", exc)
+            return b""
+        return PREFIX + report + b"\n" if report is not None else b""
 
     # -- the writer thread -------------------------------------------------------------------
 
@@ -150,24 +244,29 @@ class QueuedLineSink(_Sink):
     def _run(self) -> None:
         queue = self._queue
         while not self._closed:
-            if not queue:
+            if (not queue and not self._rest) or self._loop_drains():
                 self._idle = True
-                if not queue:  # a line may have come just before the flag went up
+                if not queue or self._loop_drains():  # a line may have come meanwhile
                     self._bell.acquire(timeout=0.5)
                 self._idle = False
                 continue
+            self._forced = False
             time.sleep(self.LINGER)
             self._busy = True
             try:
-                while queue:
-                    batch: list[bytes] = []
-                    while queue and len(batch) < 512:
-                        batch.append(queue.popleft())
-                    if self._emit_batch(batch):
-                        self._report_drops()
-                # Also after a burst that ended in a failed write: the report must not wait
-                # for lines that may never come (flush, close and exit then still report).
-                self._report_drops()
+                with self._write_lock:
+                    if self._rest:
+                        rest, self._rest = self._rest, b""
+                        try:
+                            self._write_bytes(rest)
+                        except Exception as exc:
+                            self._lost(rest, exc)
+                    while queue:
+                        if self._emit_batch(self._take(512)):
+                            self._report_drops()
+                    # Also after a burst that ended in a failed write: the report must not
+                    # wait for lines that may never come (flush, close and exit still report).
+                    self._report_drops()
             finally:
                 self._busy = False
 
@@ -207,6 +306,8 @@ class QueuedLineSink(_Sink):
 
     def _reset_after_fork(self) -> None:
         self._thread = None
+        self._write_lock = threading.Lock()
+        self._drain_on = None
         self._start_lock = threading.Lock()
         self._bell = _new_bell()
         self._idle = True
@@ -214,12 +315,39 @@ class QueuedLineSink(_Sink):
 
 
 class StdoutSink(QueuedLineSink):
-    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works."""
+    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works.
+
+    Where ``sys.stdout`` is an unbuffered or line-buffered pipe, terminal or file, lines go to a
+    descriptor of cvdiag's own for it (see cvdiag/descriptor.py), written from the event loop
+    without blocking or from the writer thread; otherwise (block-buffered, a ``StringIO``,
+    pytest's capture) through ``sys.stdout``, from the writer thread.
+    """
+
+    def __init__(self, *, queue_size: int = 5000) -> None:
+        super().__init__(queue_size=queue_size)
+        self._stream: object = None
+        self._fd: int | None = None
+
+    def _loop_descriptor(self) -> int | None:
+        stream = sys.stdout
+        if stream is not self._stream:  # resolved once per stdout object, not per line
+            if not self._write_lock.acquire(blocking=False):
+                return None  # the thread is writing: it takes this line too
+            try:
+                close_descriptor(self._fd)
+                self._fd = own_descriptor(stream) if _whole_lines(stream) else None
+                self._stream = stream
+            finally:
+                self._write_lock.release()
+        return self._fd
 
     def _write_bytes(self, data: bytes) -> None:
         stream = sys.stdout
         if stream is None:
             raise OSError("sys.stdout is None")
+        if stream is self._stream and self._fd is not None:
+            write_all(self._fd, data)
+            return
         text = data.decode("utf-8", "replace")
         try:
             stream.write(text)
@@ -229,6 +357,17 @@ class StdoutSink(QueuedLineSink):
             # \\uXXXX escapes instead, which every encoding can carry.
             stream.write(_NON_ASCII.sub(_json_escape, text))
         stream.flush()
+
+
+def _whole_lines(stream: Any) -> bool:
+    """Whether the host's own writes reach the descriptor as whole lines: unbuffered
+    (``PYTHONUNBUFFERED=1``, as most container images set) or line-buffered (a terminal).
+    A block-buffered stdout flushes mid-line, and a line of ours written beside it, rather
+    than through the same buffer, would be glued to the host's half line."""
+    try:
+        return bool(getattr(stream, "write_through", False) or stream.line_buffering)
+    except Exception:  # no such attribute, or a closed stream refusing to answer
+        return False
 
 
 class FileSink(QueuedLineSink):
@@ -322,6 +461,10 @@ _before_exit: list[Callable[[], object]] = []
 def before_exit(fn: Callable[[], object]) -> None:
     """Have ``fn`` run at exit and on SIGTERM, just before the queued lines are written."""
     _before_exit.append(fn)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    return asyncio._get_running_loop()
 
 
 def flush_all(timeout: float = 5.0) -> None:

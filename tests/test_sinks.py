@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -128,3 +130,88 @@ def test_a_lost_batch_is_reported_even_when_no_line_follows(tmp_path: Path) -> N
     assert [e["boundary"] for e in envs[1:]] == ["cvdiag.queue_dropped"]
     assert envs[1]["metadata"] == {"dropped_count": 1}
     assert sink.dropped == 1
+
+
+CHILD = r"""
+import asyncio, sys, time
+from cvdiag import Emitter, Settings, StdoutSink
+sink = StdoutSink(queue_size=100_000)
+em = Emitter(Settings(enabled=True), sinks=[sink])
+thread_writes = 0
+write_bytes = sink._write_bytes
+def counting(data):
+    global thread_writes
+    thread_writes += 1
+    write_bytes(data)
+sink._write_bytes = counting
+
+async def main():
+    for i in range(int(sys.argv[1])):
+        em.emit("backend.error.caught", metadata={"message_scrubbed": "x" * 200 + str(i)})
+        if i % 100 == 0:
+            await asyncio.sleep(0.002)  # let the loop drain its bursts
+    await asyncio.sleep(0.1)  # and the last one
+
+asyncio.run(main())
+on_loop_only = thread_writes == 0
+print("loop done", file=sys.stderr, flush=True)  # the parent reads nothing before this
+em.flush(30)
+print(f"host line after emits loop_only={on_loop_only}", flush=True)
+for i in range(int(sys.argv[2])):
+    print(f"host line {i}")  # the host's own stdout, blocking as it always was
+sys.stdout.flush()
+em.flush(10)
+print(f"thread_writes_total={thread_writes} dropped={sink.dropped}", file=sys.stderr)
+"""
+
+
+def _run_child(emits: int, host_lines: int, *, unbuffered: bool = True) -> tuple[str, str]:
+    """Run CHILD with stdout a pipe nobody reads until its loop has finished emitting: were a
+    write on the loop to block on the full pipe, the child would never say so, and this fails
+    at its timeout instead of passing."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(emits), str(host_lines)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert child.stderr is not None
+    try:
+        first = child.stderr.readline()
+        assert first == b"loop done\n", first + child.stderr.read()
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err.decode()
+    return out.decode(), err.decode()
+
+
+def test_on_a_loop_lines_go_out_without_the_writer_thread() -> None:
+    out, _ = _run_child(300, 0)
+    emitted = [line for line in out.splitlines() if line.startswith("CVDIAG ")]
+    assert len(lines_of("\n".join(emitted))) == 300
+    assert "loop_only=True" in out  # the loop wrote every burst itself
+
+
+def test_a_block_buffered_stdout_is_written_through_its_own_buffer() -> None:
+    # Written beside a buffer that flushes mid-line, our lines would glue to the host's.
+    out, _ = _run_child(300, 2_000, unbuffered=False)
+    assert "loop_only=False" in out
+    lines = out.splitlines()
+    assert len([line for line in lines if line.startswith("host line ")]) == 2_001
+    assert len(lines_of("\n".join(x for x in lines if x.startswith("CVDIAG ")))) == 300
+
+
+def test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints() -> None:
+    # 20,000 lines of 400 bytes: far more than a pipe holds while nobody reads it.
+    out, err = _run_child(20_000, 5_000)
+    assert "BlockingIOError" not in err
+    host = [line for line in out.splitlines() if line.startswith("host line ")]
+    assert len(host) == 5_001  # every host print arrived, whole: its stdout still blocks
+    envelopes = [line for line in out.splitlines() if line.startswith("CVDIAG ")]
+    assert envelopes
+    for parsed in lines_of("\n".join(envelopes)):
+        assert parsed["boundary"] in {"backend.error.caught", "cvdiag.queue_dropped"}
