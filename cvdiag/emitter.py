@@ -147,7 +147,7 @@ class Emitter:
             if outcome not in OUTCOMES:
                 record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
                 outcome = "info"
-            meta, dropped = _envelope.closed_metadata(boundary, metadata)
+            meta, dropped = _envelope.closed_metadata(boundary, metadata, self._cap)
             env = _envelope.build(
                 boundary,
                 outcome=outcome,

@@ -30,7 +30,7 @@ from cvdiag.errors import claim_report, describe_exception
 from cvdiag.guard import record_failure, say
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
-from cvdiag.scrub import scrub
+from cvdiag.scrub import scrub, scrub_identifier, scrub_text
 from cvdiag.settings import Settings
 from cvdiag.sse import SSECounter, SSEParser, json_type
 
@@ -91,7 +91,11 @@ def _text(raw: bytes | str, limit: int) -> str:
 
 
 def _edge_value(raw: bytes | str) -> str:
-    return scrub(_text(raw, _EDGE_RAW_MAX))[:EDGE_VALUE_MAX]
+    # Scrubbed, then cut. One character past the bound tells the scrubber the value goes on, so
+    # it drops a token the bound split rather than pass on the tail of a credential.
+    return scrub_text(_text(raw, _EDGE_RAW_MAX + 1), _EDGE_RAW_MAX, length=len(raw))[
+        :EDGE_VALUE_MAX
+    ]
 
 
 def _content_length(raw: bytes | str | None) -> int | None:
@@ -105,8 +109,10 @@ def _demo(path: str) -> str:
     """The first path segment ("default" for "/"), scrubbed and bounded like any field."""
     demo = _DEMOS.get(path)
     if demo is None:
+        # An identifier: kept whole or replaced by its digest placeholder, never edited, so the
+        # cut (after the scrubber has seen twice what is kept) cannot expose a credential's tail.
         segment = path.lstrip("/").partition("/")[0][: DEMO_MAX * 2]
-        demo = scrub(segment)[:DEMO_MAX] if segment else "default"
+        demo = scrub_identifier(segment)[:DEMO_MAX] if segment else "default"
         if len(path) <= _DEMO_CACHE_PATH:
             if len(_DEMOS) >= _DEMO_CACHE_SIZE:
                 _DEMOS.clear()
@@ -750,7 +756,7 @@ class CvdiagMiddleware:
                 outcome="info",
                 metadata={
                     "method": method,
-                    "path": path[:_PATH_MAX],
+                    "path": scrub_text(path, _PATH_MAX),  # scrubbed, then cut
                     "content_length": _content_length(found.get(_CONTENT_LENGTH)),
                 },
                 context=ctx,

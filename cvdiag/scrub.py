@@ -69,6 +69,8 @@ def _trie_pattern(words: Iterable[str]) -> str:
 _START: Final = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt])|(?<=\x1b\[[0-9]m)|(?<=\x1b\[[0-9][0-9]m))"
 #: A key name starts a word, or a camelCase hump (``clientSecret``, ``accessToken``).
 _KEY_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt])|(?<=[a-z0-9])(?=[A-Z]))"
+#: Where a command-line flag may start.
+_FLAG_START: Final = r"(?:(?<![A-Za-z0-9-])|(?<=\\[nrt]))"
 #: Where a scheme word or a ``password VALUE`` pair may start.
 _WORD_START: Final = r"(?:(?<![A-Za-z0-9_-])|(?<=\\[nrt]))"
 _PRIVATE_KEYS: Final = re.compile(_rules.PRIVATE_KEY_BLOCK)
@@ -145,14 +147,22 @@ def _build(patterns: tuple[str, ...], keys: tuple[str, ...], allow: frozenset[st
     )
     user = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
     secret_keys = (*_rules.SECRET_KEYS, *keys)
-    names = "(?i:" + _trie_pattern({k.lower() for k in secret_keys}) + ")"
+    names = (
+        "(?i:"
+        + _trie_pattern({k.lower() for k in secret_keys})
+        + "(?:[_.-](?:"
+        + _trie_pattern(_rules.KEY_SUFFIXES)
+        + "|[0-9]{1,2}))?)"
+    )
     line_names = "(?i:" + _trie_pattern(_rules.LINE_KEYS) + ")"
     value = _VALUE.format(p="", n=_RUN)
     flag_value = _VALUE.format(p="f", n=_RUN)
     key_pattern = (
         # --name VALUE, -u user:password (curl), then name=value and the header lines.
-        r"(?<![A-Za-z0-9-])--?(?P<fk>" + names + r")[ \t]+(?!-)" + flag_value
-        + r"|(?<![A-Za-z0-9-])(?:-u|--user)[ \t]+(?P<cu>[^\s:\"'@]{1,256}):(?P<cp>[^\s\"']{1,256})"
+        _FLAG_START + r"--?(?:[A-Za-z0-9]+-){0,3}(?P<fk>" + names + r")[ \t]+(?!-)"
+        + flag_value
+        + r"|" + _FLAG_START
+        + r"(?:-u|--user)[ \t]+(?P<cu>[^\s:\"'@]{1,256}):(?P<cp>[^\s\"']{1,256})"
         + r"|" + _KEY_START + r"(?P<lk>" + line_names + r")(?P<lsep>" + _SEP + r")"
         + _LINE_VALUE.format(n=_RUN)
         + r"|" + _KEY_START + r"(?P<k>" + names + r")(?P<sep>" + _SEP + r")"
@@ -281,6 +291,8 @@ def _userinfo(match: re.Match[str]) -> str:
     if password is not None:
         if password in ("", REDACTED) or _allowed(password):
             return match.group()
+        if credential_shaped(user) and user != REDACTED and not _allowed(user):
+            user = REDACTED  # a token as the user name, "x-oauth-basic" as the password
         return f"://{user}:{REDACTED}@"
     if user == REDACTED or _allowed(user) or not credential_shaped(user):
         return match.group()
@@ -463,7 +475,7 @@ def _safe_head(text: str, limit: int) -> str:
     return head[:floor]
 
 
-def _cut_and_scrub(text: str, limit: int) -> str:
+def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
     room = max(limit - _MARKER_ROOM, 0)
     head = _safe_head(text, room)
     out = _redact(head)
@@ -474,7 +486,7 @@ def _cut_and_scrub(text: str, limit: int) -> str:
         out = _redact(head)
     else:
         head, out = "", ""
-    return f"{out}…[unscanned:{len(text) - len(head)}]"
+    return f"{out}…[unscanned:{(length or len(text)) - len(head)}]"
 
 
 @lru_cache(maxsize=4096)
@@ -482,12 +494,17 @@ def _scrub_short(text: str) -> str:
     return _redact(text)
 
 
-def scrub_text(text: str, limit: int = SCAN_LIMIT) -> str:
-    """Redact secrets in a string; at most ``limit`` characters come out. Idempotent."""
+def scrub_text(text: str, limit: int = SCAN_LIMIT, *, length: int | None = None) -> str:
+    """Redact secrets in a string; at most ``limit`` characters come out. Idempotent.
+
+    A longer string is cut first where no credential can be split (its unscanned rest is
+    counted in a marker). ``length``: the length of the whole value when ``text`` is only its
+    head (a header read up to a bound), so the marker counts what was really left out.
+    """
     limit = max(limit, 2 * _MARKER_ROOM)
     size = len(text)
     if size > limit:
-        return _cut_and_scrub(text, limit)
+        return _cut_and_scrub(text, limit, length)
     # A marker this module wrote is kept aside: the text before it was already scanned, and the
     # marker itself must not be read as a key's value.
     marker = _MARKER.search(text, max(size - _MARKER_ROOM, 0)) if text[-1:] == "]" else None

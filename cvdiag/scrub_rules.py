@@ -202,7 +202,7 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
     _rule("grafana-service-account", r"glsa_[A-Za-z0-9_]{32,}",
           "glsa_" + fake("an", 32) + "_" + fake("hex", 8)),
     _rule("grafana-legacy", r"eyJrIjoi[A-Za-z0-9+/]{60,}={0,2}", "eyJrIjoi" + fake("an", 72)),
-    _rule("newrelic", rf"NR(?:AK|II|AA|RA|JS)-{_AN}{{19,}}", "NRAK-" + fake("up", 27),
+    _rule("newrelic", rf"NR(?:AK|II|AA|RA|JS)-{_T}{{19,}}", "NRAK-" + fake("up", 27),
           ("nrak-", "nrii-", "nraa-", "nrra-", "nrjs-")),
     _rule("dynatrace", r"dt0c01\.[A-Za-z0-9]{20,}\.[A-Za-z0-9]{40,}",
           "dt0c01." + fake("up", 24) + "." + fake("up", 64)),
@@ -238,7 +238,7 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
           "ops_eyJ" + fake("b64", 250), ("ops_eyj", "a3-")),
     _rule("dropbox", r"sl\.[A-Za-z0-9_=.-]{60,}", "sl." + fake("url", 135)),
     # --- messaging and email
-    _rule("slack", r"xox[abposer]-[A-Za-z0-9-]{10,}",
+    _rule("slack", r"xox[abprse]-(?=[A-Za-z-]{0,20}[0-9])[A-Za-z0-9-]{10,}",
           "xoxb-" + fake("dig", 12) + "-" + fake("dig", 12) + "-" + fake("an", 24), ("xox",)),
     _rule("slack-config", rf"xoxe\.xox[bp]-{_T}{{10,}}", "xoxe.xoxp-1-" + fake("an", 140)),
     _rule("slack-app", rf"xapp-{_T}{{10,}}", "xapp-1-" + fake("up", 11) + "-" + fake("hex", 64)),
@@ -302,7 +302,8 @@ PRIVATE_KEY_BLOCK: Final = (
     r"-{4,5} ?BEGIN (?P<label>[A-Z0-9 ]{0,40}?(?:PRIVATE|SECRET) KEY(?: BLOCK)?) ?-{4,5}"
     r"[\s\S]*?(?:-{4,5} ?END [A-Z0-9 ]{0,40}?(?:PRIVATE|SECRET) KEY(?: BLOCK)? ?-{4,5}|\Z)"
     # PuTTY's .ppk: the private half follows its line count.
-    r"|Private-Lines: ?[0-9]{1,4}(?:\s+(?:\\n)?[A-Za-z0-9+/=]{4,})+"
+    r"|Private-Lines: ?[0-9]{1,4}(?:\s+(?:\\n)?(?!Private-)[A-Za-z0-9+/=]{4,})+"
+    r"(?:\s+(?:\\n)?Private-MAC: ?[0-9a-fA-F]+)?"
 )
 PRIVATE_KEY_HINTS: Final = ("-----begin", "---- begin", "private-lines")
 
@@ -339,6 +340,12 @@ SECRET_KEYS: Final = (
         "jsession id", "php sess id", "api secret", "access secret",
     ),
     "apiKey", "x-api-key", "xsrf-token", "csrf-token",
+)  # fmt: skip
+#: Endings a secret key name may carry (``SECRET_KEY_BASE``, ``DB_PASSWORD_PROD``): the name
+#: still names a secret. Anything else after the name (``password_reset_url``) does not.
+KEY_SUFFIXES: Final = (
+    "base", "prod", "production", "dev", "development", "staging", "test", "live", "value",
+    "b64", "base64", "hex", "raw", "old", "new", "current", "previous", "primary", "secondary",
 )  # fmt: skip
 #: Key names whose value runs to the end of the line: a header's whole value is the secret.
 LINE_KEYS: Final = ("authorization", "proxy-authorization", "cookie", "set-cookie")
