@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import time
 import types
 from collections.abc import Callable
@@ -133,4 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

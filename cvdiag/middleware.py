@@ -30,7 +30,7 @@ from cvdiag.errors import claim_report, describe_exception
 from cvdiag.guard import record_failure, say
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
-from cvdiag.scrub import scrub, scrub_identifier, scrub_text
+from cvdiag.scrub import placeholder, scrub, scrub_identifier, scrub_text
 from cvdiag.settings import Settings
 from cvdiag.sse import SSECounter, SSEParser, json_type
 
@@ -109,10 +109,16 @@ def _demo(path: str) -> str:
     """The first path segment ("default" for "/"), scrubbed and bounded like any field."""
     demo = _DEMOS.get(path)
     if demo is None:
-        # An identifier: kept whole or replaced by its digest placeholder, never edited, so the
-        # cut (after the scrubber has seen twice what is kept) cannot expose a credential's tail.
+        # An identifier: kept whole or replaced by its digest placeholder, never edited. A
+        # credential holding "/" spans segments, so the whole path is scrubbed too: a first
+        # segment the scrubber touched there is a fragment of one.
         segment = path.lstrip("/").partition("/")[0][: DEMO_MAX * 2]
-        demo = scrub_identifier(segment)[:DEMO_MAX] if segment else "default"
+        if not segment:
+            demo = "default"
+        elif scrub_text(path, _PATH_MAX).lstrip("/").partition("/")[0] != segment:
+            demo = placeholder(segment)
+        else:
+            demo = scrub_identifier(segment)[:DEMO_MAX]
         if len(path) <= _DEMO_CACHE_PATH:
             if len(_DEMOS) >= _DEMO_CACHE_SIZE:
                 _DEMOS.clear()

@@ -245,11 +245,12 @@ def use_rules(
     """Install the user's rules process-wide: extra token patterns, extra secret key names, and
     exact values never to redact. Raises ``re.error`` for a pattern that does not compile."""
     global _active
-    new = _build(tuple(patterns), tuple(keys), frozenset(allow))
-    if new[-3:] != _active[-3:]:
-        _active = new
-        _scrub_short.cache_clear()
-        _identifier_short.cache_clear()
+    wanted = (frozenset(allow), tuple(keys), tuple(patterns))
+    if wanted == _active[-3:]:
+        return  # every emitter installs its settings' rules: most install the same ones
+    _active = _build(wanted[2], wanted[1], wanted[0])
+    _scrub_short.cache_clear()
+    _identifier_short.cache_clear()
 
 
 # --- the callbacks --------------------------------------------------------------------------
