@@ -31,7 +31,7 @@ NAME_MAX: Final = 256
 #: Characters scrubbed per envelope, as a multiple of its byte cap. An envelope can show at most
 #: its cap, and the truncation ladder cuts every string to 256 characters before dropping any:
 #: reading more than a few caps' worth is work whose result would be thrown away.
-SCAN_PER_CAP: Final = 4
+SCAN_PER_CAP: Final = 2
 #: What a value costs the budget at least, so that many tiny values are bounded too.
 _VALUE_COST: Final = 64
 #: Below this many characters of budget, a long string is not scanned at all.

@@ -124,7 +124,7 @@ class _Rules(NamedTuple):
     keys: re.Pattern[str]
     #: The fast "nothing here" test: every hint at a token start, on lowercased UTF-8 bytes.
     probe: re.Pattern[bytes]
-    marks: re.Pattern[bytes]
+    marks: tuple[bytes, ...]
     #: The same for key names at a camelCase hump (``clientSecret``), on the original bytes.
     hump: re.Pattern[bytes]
     hints: re.Pattern[str]
@@ -203,23 +203,28 @@ def _build(patterns: tuple[str, ...], keys: tuple[str, ...], allow: frozenset[st
     )
 
 
-def _probe(hints: Iterable[str]) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """Every pattern but the user's needs one of its hints at a token start, so two searches say
-    "nothing to redact" for most text. The first starts with a character class, which lets the
-    regex engine skip every letter and digit in C: only positions after punctuation or space are
-    tried. Hints that start with punctuation (``://``, ``-u``, ``~``) are the second, a plain
-    trie of literals (the engine skips to their first characters).
+def _probe(hints: Iterable[str]) -> tuple[re.Pattern[bytes], tuple[bytes, ...]]:
+    """Every pattern but the user's needs one of its hints at a token start, so one search says
+    "nothing to redact" for most text. It starts with a character class, which lets the regex
+    engine skip every letter and digit in C: only positions after punctuation or space are
+    tried. A hint that starts with punctuation (``://``, ``-u ``) is looked for after any such
+    character (a superset: a false alarm only costs the full search); one that is a single
+    punctuation mark (``~``) is looked for with ``in``.
 
     Escapes (``\\n``) and terminal colour codes before a token are left to the full search:
-    ``_clean`` does not trust these probes on text holding a backslash or an ESC.
+    ``_clean`` does not trust this probe on text holding a backslash or an ESC.
     """
-    words = {hint for hint in hints if hint[0].isalnum()}
-    marks = {hint for hint in hints if not hint[0].isalnum()}
+    words: set[str] = set()
+    marks: set[bytes] = set()
+    for hint in hints:
+        if hint[0].isalnum():
+            words.add(hint)
+        elif len(hint) > 1:
+            words.add(hint[1:])
+        else:
+            marks.add(hint.encode())
     # No group around the trie: the engine then tries its branches directly (measured 1.5×).
-    return (
-        re.compile(f"[^a-z0-9]{_trie_pattern(words)}".encode()),
-        re.compile(_trie_pattern(marks).encode()),
-    )
+    return re.compile(f"[^a-z0-9]{_trie_pattern(words)}".encode()), tuple(sorted(marks))
 
 
 def _hump(names: Iterable[str]) -> re.Pattern[bytes]:
@@ -324,66 +329,63 @@ def _keep_value(value: str) -> bool:
     return value == REDACTED or value.lower() in _rules.EMPTY_VALUES or _allowed(value)
 
 
+def _value_of(match: re.Match[str], *names: str) -> tuple[str, str]:
+    """The value a key matched, and the name of the group holding it."""
+    for name in names:
+        value = match.group(name)
+        if value is not None:
+            return value, name
+    return "", names[-1]  # pragma: no cover - one of the value groups always matched
+
+
 def _key_value(match: re.Match[str]) -> str:
-    groups = match.groupdict()
+    # match.group by name, never groupdict(): the pattern has thirty groups, and this runs once
+    # per key found (thousands of times on hostile text).
     text = match.string
-    if groups["fk"] is not None:  # --password VALUE
-        value = groups["fdq"] if groups["fdq"] is not None else groups["fsq"]
-        if value is None:
-            value = groups["fbare"]
+    name = match.group("k")
+    if name is not None:
+        value, group = _value_of(match, "dq", "sq", "bare")
         if _keep_value(value):
             return match.group()
-        return _replace(match, value, "fdq", "fsq", "fbare")
-    if groups["cu"] is not None:  # curl -u user:password
-        if _keep_value(groups["cp"]):
+        key = _full_key(text, match.start(), name)
+        if key in _rules.NOT_SECRET_KEYS:
             return match.group()
-        start, end = match.span("cp")
-        return text[match.start() : start] + REDACTED + text[end : match.end()]
-    if groups["lk"] is not None:  # Authorization: …, Cookie: …
-        value = groups["lquoted"] if groups["lquoted"] is not None else groups["lbare"]
+        if key.endswith(("token", "tokens")) and value.isdigit() and len(value) < 10:
+            return match.group()  # a count (max_token: 100), not a token
+        if key in ("pwd", "oldpwd") and value.startswith(("/", "~")):
+            return match.group()  # the shell's working directory
+        if group == "bare" and ":" in match.group("sep") and value.isalpha():
+            after = text[match.end() : match.end() + 2]
+            if len(after) == 2 and after[0] == " " and after[1].isalpha():
+                return match.group()  # English: "Missing credentials: please log in"
+        return _replace(match, group)
+    if match.group("lk") is not None:  # Authorization: …, Cookie: …
+        value, group = _value_of(match, "lquoted", "lbare")
         scheme, _, rest = value.partition(" ")
         if _keep_value(value) or (rest and _keep_value(rest.strip())):
             return match.group()
         if rest and re.fullmatch(_SCHEME_WORDS, scheme, re.IGNORECASE):
-            value_start = match.start("lquoted" if groups["lquoted"] is not None else "lbare")
-            start, end = value_start + len(scheme) + 1, match.end()
-            return text[match.start() : start] + REDACTED + text[end : match.end()]
-        return _replace(match, value, "lquoted", "lbare")
-    if groups["nk"] is not None:  # .netrc: ``password VALUE``
-        value = groups["nv"]
-        context = text[max(0, match.start() - 200) : match.start()].lower()
-        netrc = "login" in context or "machine" in context or "default" in context
-        if _keep_value(value) or not (netrc or credential_shaped(value, weak=True)):
-            return match.group()
-        start, end = match.span("nv")
-        return text[match.start() : start] + REDACTED + text[end : match.end()]
-    value = groups["dq"] if groups["dq"] is not None else groups["sq"]
-    quoted = value is not None
-    if value is None:
-        value = groups["bare"]
-    if _keep_value(value):
+            start = match.start(group) + len(scheme) + 1
+            return text[match.start() : start] + REDACTED
+        return _replace(match, group)
+    if match.group("fk") is not None:  # --password VALUE
+        value, group = _value_of(match, "fdq", "fsq", "fbare")
+        return match.group() if _keep_value(value) else _replace(match, group)
+    if match.group("cu") is not None:  # curl -u user:password
+        return match.group() if _keep_value(match.group("cp")) else _replace(match, "cp")
+    value = match.group("nv")  # .netrc: ``password VALUE``
+    context = text[max(0, match.start() - 200) : match.start()].lower()
+    netrc = "login" in context or "machine" in context or "default" in context
+    if _keep_value(value) or not (netrc or credential_shaped(value, weak=True)):
         return match.group()
-    key = _full_key(text, match.start(), groups["k"])
-    if key in _rules.NOT_SECRET_KEYS:
-        return match.group()
-    if key.endswith(("token", "tokens")) and value.isdigit() and len(value) < 10:
-        return match.group()  # a count (max_token: 100), not a token
-    if key in ("pwd", "oldpwd") and value.startswith(("/", "~")):
-        return match.group()  # the shell's working directory
-    if not quoted and ":" in groups["sep"] and value.isalpha():
-        after = text[match.end() : match.end() + 2]
-        if len(after) == 2 and after[0] == " " and after[1].isalpha():
-            return match.group()  # English: "Missing credentials: please log in"
-    return _replace(match, value, "dq", "sq", "bare")
+    return _replace(match, "nv")
 
 
-def _replace(match: re.Match[str], value: str, *names: str) -> str:
-    for name in names:
-        if match.group(name) is not None:
-            start, end = match.span(name)
-            text = match.string
-            return text[match.start() : start] + REDACTED + text[end : match.end()]
-    return match.group()  # pragma: no cover - one of the value groups always matched
+def _replace(match: re.Match[str], group: str) -> str:
+    """The match with the named group's text replaced by ``[REDACTED]``."""
+    start, end = match.span(group)
+    text = match.string
+    return text[match.start() : start] + REDACTED + text[end : match.end()]
 
 
 def _private_key(match: re.Match[str]) -> str:
@@ -440,19 +442,23 @@ def _redact_once(text: str, *, prefilter: bool = True) -> str:
 
 
 def _clean(text: str, rules: _Rules) -> bool:
-    """True when no pattern can match: the common case, decided in a few C calls."""
+    """True when no pattern can match: the common case, decided in a few C calls (this runs for
+    every string an envelope carries, so it avoids even a generator)."""
     if rules.user is not None or "%" in text or "\\" in text or "\x1b" in text:
         return False
     raw = text.encode("utf-8", "surrogatepass")
     low = raw.lower()
-    if rules.probe.search(b" " + low) is not None or rules.marks.search(low) is not None:
+    if rules.probe.search(b" " + low) is not None:
         return False
+    for mark in rules.marks:
+        if mark in low:
+            return False
     return raw.islower() or raw.isupper() or rules.hump.search(raw) is None
 
 
 def _redact(text: str, *, prefilter: bool = True) -> str:
     rules = _active
-    if text in rules.allow or (prefilter and _clean(text, rules)):
+    if (prefilter and _clean(text, rules)) or text in rules.allow:
         return text
     out = _redact_once(text, prefilter=prefilter)
     for _ in range(_PASSES - 1):
@@ -492,6 +498,9 @@ def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
 
 @lru_cache(maxsize=4096)
 def _scrub_short(text: str) -> str:
+    # _clean inlined here: this is the path of most strings an envelope carries.
+    if _clean(text, _active):
+        return text
     return _redact(text)
 
 
@@ -502,8 +511,10 @@ def scrub_text(text: str, limit: int = SCAN_LIMIT, *, length: int | None = None)
     counted in a marker). ``length``: the length of the whole value when ``text`` is only its
     head (a header read up to a bound), so the marker counts what was really left out.
     """
-    limit = max(limit, 2 * _MARKER_ROOM)
     size = len(text)
+    if size <= _CACHEABLE and text[-1:] != "]":
+        return _scrub_short(text)  # the common case first: short, and no marker to keep aside
+    limit = max(limit, 2 * _MARKER_ROOM)
     if size > limit:
         return _cut_and_scrub(text, limit, length)
     # A marker this module wrote is kept aside: the text before it was already scanned, and the

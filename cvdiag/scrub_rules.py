@@ -259,7 +259,8 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
     _rule("twilio", r"SK[0-9a-fA-F]{32,}", "SK" + fake("hex", 32)),
     _rule("sendgrid", rf"SG\.{_T}{{16,}}\.{_T}{{16,}}", "SG." + fake("url", 22) + "." + fake("url", 43)),
     _rule("mailgun", rf"key-{_AN}{{32,}}", "key-" + fake("lo", 32)),
-    _rule("mailchimp", r"[0-9a-f]{32}-us[0-9]{1,2}", fake("hex", 32) + "-us21", ("-us",)),
+    _rule("mailchimp", r"[0-9a-f]{32}-us[0-9]{1,2}", fake("hex", 32) + "-us21",
+          tuple(f"-us{n}" for n in range(1, 10))),
     _rule("brevo", r"xkeysib-[A-Za-z0-9-]{40,}", "xkeysib-" + fake("hex", 64) + "-" + fake("an", 16)),
     _rule("resend", rf"re_{_AN}{{8,}}_{_AN}{{16,}}", "re_" + fake("an", 8) + "_" + fake("an", 24)),
     # --- payments and commerce
