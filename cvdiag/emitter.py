@@ -20,6 +20,7 @@ from cvdiag.context import _CURRENT, RequestContext
 from cvdiag.guard import failures, record_failure, say
 from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
+from cvdiag.scrub import use_rules
 from cvdiag.settings import DEBUG_ENVIRONMENTS, Settings
 from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink, install_exit_hooks
 
@@ -73,6 +74,13 @@ class Emitter:
                 if self.enabled:
                     install_exit_hooks()
         self._set_tier(self.settings.tier)
+        # The scrubber is process-wide (ids, errors and the middleware use it before any emit):
+        # the latest emitter built sets its user rules.
+        use_rules(
+            patterns=self.settings.scrub_patterns,
+            keys=self.settings.scrub_keys,
+            allow=self.settings.scrub_allow,
+        )
         #: Envelopes emitted at the debug tier, and when the first was.
         self._debug_count = itertools.count(1)
         self._debug_started: float | None = None
@@ -80,6 +88,11 @@ class Emitter:
         self.emitted = 0
         self.truncated = 0
         self.metadata_dropped = 0
+        if self.enabled and self.settings.scrub_rejected:
+            say(
+                "CVDIAG_SCRUB_PATTERNS: ignored what is not a valid regular expression:"
+                f" {', '.join(repr(p[:64]) for p in self.settings.scrub_rejected)}"
+            )
         if self.enabled and self.settings.debug_refused:
             allowed = ", ".join(sorted(DEBUG_ENVIRONMENTS))
             say(
@@ -147,7 +160,7 @@ class Emitter:
             if outcome not in OUTCOMES:
                 record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
                 outcome = "info"
-            meta, dropped = _envelope.closed_metadata(boundary, metadata)
+            meta, dropped = _envelope.closed_metadata(boundary, metadata, self._cap)
             env = _envelope.build(
                 boundary,
                 outcome=outcome,

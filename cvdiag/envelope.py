@@ -12,7 +12,7 @@ import orjson
 
 from cvdiag.context import RequestContext
 from cvdiag.schema import EDGE_HEADER_KEYS, LAYER, METADATA_KEYS, SCHEMA_VERSION
-from cvdiag.scrub import scrub, scrub_text
+from cvdiag.scrub import SCAN_LIMIT, scrub, scrub_identifier, scrub_text
 
 Envelope = dict[str, Any]
 
@@ -23,17 +23,56 @@ _MAX_ITEMS: Final = 64
 _MAX_KEY: Final = 128
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
+#: Metadata whose string value is an identifier (a join key for readers): it is never edited in
+#: place, but kept or replaced whole by a digest placeholder (``scrub_identifier``).
+IDENTIFIER_KEYS: Final = frozenset({"agent_name", "model_id", "provider", "model", "event_type"})
+#: Characters of an identifier kept, after scrubbing.
+NAME_MAX: Final = 256
+#: Characters scrubbed per envelope, as a multiple of its byte cap. An envelope can show at most
+#: its cap, and the truncation ladder cuts every string to 256 characters before dropping any:
+#: reading more than a few caps' worth is work whose result would be thrown away.
+SCAN_PER_CAP: Final = 2
+#: What a value costs the budget at least, so that many tiny values are bounded too.
+_VALUE_COST: Final = 64
+#: Below this many characters of budget, a long string is not scanned at all.
+_SMALLEST_SCAN: Final = 128
 
 
-def _json_safe(value: object, depth: int) -> Any:
+class _Budget:
+    """Characters of scrubbing one envelope may still spend."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+def _scrubbed(text: str, budget: _Budget) -> str:
+    """``text`` scrubbed within the envelope's budget; past it, an unscanned marker (no secret
+    can be in what was never copied)."""
+    size = len(text)
+    left = budget.left
+    if size <= 64 and left > 0:
+        budget.left = left - _VALUE_COST
+        return scrub_text(text)
+    if left < _SMALLEST_SCAN:
+        budget.left = left - _VALUE_COST
+        return f"…[unscanned:{size}]"
+    limit = min(SCAN_LIMIT, left)
+    budget.left = left - max(min(size, limit), _VALUE_COST)
+    return scrub_text(text, limit)
+
+
+def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
     """A JSON-native copy of ``value``: strings scrubbed, containers bounded, oddities stringified.
 
     orjson can then never fail on what it is given: cycles end at the depth limit, huge ints and
-    bytes become bounded strings, NaN becomes null.
+    bytes become bounded strings, NaN becomes null. All of it within ``budget``: past it,
+    strings and containers are replaced by markers without being read.
     """
     kind = type(value)
     if kind is str:
-        return scrub_text(value)  # type: ignore[arg-type]
+        return _scrubbed(value, budget)  # type: ignore[arg-type]
     if value is None or kind is bool:
         return value
     if kind is int:
@@ -41,9 +80,12 @@ def _json_safe(value: object, depth: int) -> Any:
     if kind is float:
         return value if math.isfinite(value) else None  # type: ignore[arg-type]
     if isinstance(value, (str, bool, int, float)):  # subclasses: enums and the like
-        return _json_safe(_plain(value), depth)
+        return _json_safe(_plain(value), depth, budget)
+    if budget.left <= 0:
+        budget.left -= _VALUE_COST
+        return f"<{type(value).__name__}, unscanned>"
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return scrub(value)
+        return _scrubbed(scrub(value, limit=_SMALLEST_SCAN * 2), budget)
     if depth >= _MAX_DEPTH:
         return f"<{type(value).__name__} nested too deep>"
     if isinstance(value, Mapping):
@@ -52,14 +94,20 @@ def _json_safe(value: object, depth: int) -> Any:
             if i >= _MAX_ITEMS:
                 out["…"] = f"{len(value) - _MAX_ITEMS} more"
                 break
-            out[scrub(key)[:_MAX_KEY]] = _json_safe(item, depth + 1)
+            # Scrubbed, then cut: a key cut first could keep the tail of a credential.
+            name = key if type(key) is str else scrub(key, limit=_MAX_KEY * 2)
+            budget.left -= min(len(name), _MAX_KEY * 2)
+            out[scrub_text(name, _MAX_KEY * 2)[:_MAX_KEY]] = _json_safe(item, depth + 1, budget)
         return out
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_json_safe(item, depth + 1) for item in itertools.islice(value, _MAX_ITEMS)]
+        items = [
+            _json_safe(item, depth + 1, budget) for item in itertools.islice(value, _MAX_ITEMS)
+        ]
         if len(value) > _MAX_ITEMS:
             items.append(f"… {len(value) - _MAX_ITEMS} more")
         return items
-    return scrub(value)
+    # Any other object: its text, bounded where its type allows, then scrubbed like a string.
+    return _scrubbed(scrub(value, limit=max(min(budget.left, SCAN_LIMIT), _SMALLEST_SCAN)), budget)
 
 
 def _plain(value: str | bool | int | float) -> str | bool | int | float:
@@ -70,14 +118,19 @@ def _plain(value: str | bool | int | float) -> str | bool | int | float:
 
 
 def closed_metadata(
-    boundary: str, metadata: Mapping[str, Any] | None
+    boundary: str, metadata: Mapping[str, Any] | None, cap: int = 16_384
 ) -> tuple[dict[str, Any], bool]:
-    """Keep the boundary's schema keys (JSON-safe, scrubbed); report whether any were dropped."""
+    """Keep the boundary's schema keys (JSON-safe, scrubbed); report whether any were dropped.
+
+    ``cap`` is the envelope's byte cap: what is scrubbed is bounded by it (``SCAN_PER_CAP``),
+    whatever the metadata's size or nesting.
+    """
     if not metadata:
         return {}, False
     allowed = METADATA_KEYS.get(boundary, frozenset())
     out: dict[str, Any] = {}
     dropped = False
+    budget = _Budget(cap * SCAN_PER_CAP)
     for key, value in metadata.items():
         if key not in allowed:
             dropped = True
@@ -91,10 +144,14 @@ def closed_metadata(
             out[key] = value  # x - x is 0.0 for every finite float, NaN for inf and NaN
             continue
         if kind is str:
-            out[key] = scrub_text(value)
+            if key in IDENTIFIER_KEYS:
+                budget.left -= min(len(value), SCAN_LIMIT)
+                out[key] = scrub_identifier(value)[:NAME_MAX]
+            else:
+                out[key] = _scrubbed(value, budget)
             continue
         try:
-            out[key] = _json_safe(value, 1)
+            out[key] = _json_safe(value, 1, budget)
         except Exception:
             out[key] = f"<unserializable {type(value).__name__}>"
     return out, dropped
@@ -219,6 +276,25 @@ def _valid_utf8(value: Any) -> Any:
     return value
 
 
+#: UTF-8 of the line separators JSON leaves raw: U+2028, U+2029, U+0085 (NEL). orjson escapes
+#: every other control character, VT, FF and the C0 separators included.
+_RAW_BREAKS: Final = (
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2\x85", b"\\u0085"),
+)
+
+
+def line_safe(data: bytes) -> bytes:
+    """``data`` with every line separator a splitter could break on escaped. In valid UTF-8 these
+    byte pairs can only encode the separators themselves, and inside JSON only strings hold
+    non-ASCII, so the escapes keep the JSON equal. One or two ``in`` tests in the common case."""
+    if b"\xe2\x80" in data or b"\xc2\x85" in data:
+        for raw, escaped in _RAW_BREAKS:
+            data = data.replace(raw, escaped)
+    return data
+
+
 def serialize(envelope: Envelope, cap: int) -> tuple[bytes, Envelope]:
     """Serialize once; over ``cap`` bytes, walk the ladder until it fits, stamping ``_truncated``.
 
@@ -228,17 +304,17 @@ def serialize(envelope: Envelope, cap: int) -> tuple[bytes, Envelope]:
     envelope serialized again, off the hot path.
     """
     try:
-        data = orjson.dumps(envelope)
+        data = line_safe(orjson.dumps(envelope))
     except orjson.JSONEncodeError:
         envelope = _valid_utf8(envelope)
-        data = orjson.dumps(envelope)
+        data = line_safe(orjson.dumps(envelope))
     if len(data) <= cap:
         return data, envelope
     env = dict(envelope)
     env["_truncated"] = True
     for step in _LADDER:
         step(env)
-        data = orjson.dumps(env)
+        data = line_safe(orjson.dumps(env))
         if len(data) <= cap:
             break
     return data, env

@@ -11,6 +11,10 @@ from typing import Any, Final
 from cvdiag.scrub import scrub
 
 MESSAGE_MAX_BYTES: Final = 512
+#: Characters of a message scrubbed: four times what is kept, so a credential straddling the cut
+#: is seen whole (the scrubber's own cut falls back to whitespace), and a 100 MB message costs
+#: what a short one does.
+_MESSAGE_SCAN: Final = MESSAGE_MAX_BYTES * 4
 #: Set on an exception once ``backend.error.caught`` was emitted for it, so an exception
 #: travelling out through nested scopes and the middleware is reported once, by the innermost.
 REPORTED_ATTR: Final = "__cvdiag_reported__"
@@ -46,7 +50,7 @@ def _cap_utf8(text: str, limit: int) -> tuple[str, bool]:
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """``exception_type``, ``message_scrubbed`` (≤ 512 bytes), ``stack_brief``, ``truncated``."""
     try:
-        message = scrub(exc)
+        message = scrub(exc, limit=_MESSAGE_SCAN)
     except Exception:
         message = f"<unprintable {type(exc).__name__}>"
     message, truncated = _cap_utf8(message, MESSAGE_MAX_BYTES)

@@ -84,7 +84,8 @@ BODY_PARSE_MAX: Final = 1024 * 1024
 LINE_MAX: Final = 256 * 1024
 #: Past BODY_PARSE_MAX, this much of a JSON body's end is kept to find its usage.
 _TAIL_KEEP: Final = 8192
-_MODEL_MAX: Final = 200
+#: Characters of a model name read; the emitter scrubs it as an identifier, then keeps 256.
+_MODEL_MAX: Final = 1024
 _TOKENS_IN_TAIL: Final = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d{1,12})')
 _AZURE_DEPLOYMENT: Final = re.compile(r"/deployments/([^/]{1,200})/")
 _LIBRARIES: Final = frozenset({"httpx", "httpx2"})

@@ -9,7 +9,7 @@ import time
 from random import getrandbits
 from typing import Final
 
-from cvdiag.scrub import scrub
+from cvdiag.scrub import scrub_identifier
 
 _UUID7: Final = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.IGNORECASE
@@ -81,23 +81,26 @@ def adopt_test_id(raw: str | bytes | None) -> str:
     """Adopt an inbound test id: a UUIDv7 as-is (lowercased), else a sanitized join key.
 
     The join key keeps harness ids such as ``d4-<slug>-<run>`` joinable; it is scrubbed first,
-    so a credential sent as a test id cannot reach an envelope. Nothing usable → a fresh UUIDv7.
+    so a credential sent as a test id cannot reach an envelope: such an id becomes its stable
+    ``redacted-<digest>`` placeholder, distinct for distinct ids (never one shared "redacted",
+    which would join two tests' envelopes). Nothing usable → a fresh UUIDv7.
     """
     text = _text(raw).strip()
     if len(text) == 36 and _UUID7.fullmatch(text):
         return text.lower()
-    key = _NOT_JOIN_KEY.sub("", scrub(text).lower())[:TEST_ID_MAX]
+    key = _NOT_JOIN_KEY.sub("", scrub_identifier(text).lower())[:TEST_ID_MAX]
     return key or new_uuid7()
 
 
 def sanitize_slug(raw: str | bytes | None) -> str | None:
     """A slug matching ``^[a-z][a-z0-9-]{0,63}$``, or None when nothing usable is left.
 
-    A value holding a credential is never a slug: it would be copied into every envelope of the
-    request, lowercased but otherwise intact.
+    A value holding a credential is never copied: it becomes its ``redacted-<digest>``
+    placeholder (a valid slug, the same for the same value, distinct for distinct ones).
     """
     text = _text(raw).strip()
-    if scrub(text) != text:
-        return None
+    scrubbed = scrub_identifier(text)
+    if scrubbed != text:
+        return scrubbed
     text = _NOT_SLUG.sub("-", text.lower()).lstrip("-0123456789")[:64].rstrip("-")
     return text if _SLUG.fullmatch(text) else None

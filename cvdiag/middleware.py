@@ -36,7 +36,7 @@ from cvdiag.guard import record_failure, say
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX, Tier
 from cvdiag.scopes import end_outstanding_calls, is_timeout
-from cvdiag.scrub import scrub
+from cvdiag.scrub import placeholder, scrub, scrub_identifier, scrub_text
 from cvdiag.settings import Settings
 from cvdiag.sse import SSECounter, SSEParser, json_type
 
@@ -106,7 +106,11 @@ def _text(raw: bytes | str, limit: int) -> str:
 
 
 def _edge_value(raw: bytes | str) -> str:
-    return scrub(_text(raw, _EDGE_RAW_MAX))[:EDGE_VALUE_MAX]
+    # Scrubbed, then cut. One character past the bound tells the scrubber the value goes on, so
+    # it drops a token the bound split rather than pass on the tail of a credential.
+    return scrub_text(_text(raw, _EDGE_RAW_MAX + 1), _EDGE_RAW_MAX, length=len(raw))[
+        :EDGE_VALUE_MAX
+    ]
 
 
 def _content_length(raw: bytes | str | None) -> int | None:
@@ -120,8 +124,16 @@ def _demo(path: str) -> str:
     """The first path segment ("default" for "/"), scrubbed and bounded like any field."""
     demo = _DEMOS.get(path)
     if demo is None:
+        # An identifier: kept whole or replaced by its digest placeholder, never edited. A
+        # credential holding "/" spans segments, so the whole path is scrubbed too: a first
+        # segment the scrubber touched there is a fragment of one.
         segment = path.lstrip("/").partition("/")[0][: DEMO_MAX * 2]
-        demo = scrub(segment)[:DEMO_MAX] if segment else "default"
+        if not segment:
+            demo = "default"
+        elif scrub_text(path, _PATH_MAX).lstrip("/").partition("/")[0] != segment:
+            demo = placeholder(segment)
+        else:
+            demo = scrub_identifier(segment)[:DEMO_MAX]
         if len(path) <= _DEMO_CACHE_PATH:
             if len(_DEMOS) >= _DEMO_CACHE_SIZE:
                 _DEMOS.clear()
@@ -896,7 +908,7 @@ class CvdiagMiddleware:
                 outcome="info",
                 metadata={
                     "method": method,
-                    "path": path[:_PATH_MAX],
+                    "path": scrub_text(path, _PATH_MAX),  # scrubbed, then cut
                     "content_length": _content_length(found.get(_CONTENT_LENGTH)),
                 },
                 context=ctx,

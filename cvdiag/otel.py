@@ -19,7 +19,7 @@ from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span, S
 from opentelemetry.trace.status import Status, StatusCode
 
 from cvdiag.guard import record_failure
-from cvdiag.scrub import scrub
+from cvdiag.scrub import scrub, scrub_identifier
 
 if TYPE_CHECKING:
     from cvdiag.context import RequestContext
@@ -45,8 +45,11 @@ def flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 def _scrubbed(value: str, limit: int = 256) -> str:
     """Names and paths as span names and attributes get them: scrubbed and bounded, like every
-    string an envelope carries (an agent named after its user's API key is not unheard of)."""
-    return scrub(value)[:limit]
+    string an envelope carries (an agent named after its user's API key is not unheard of).
+    Names are identifiers: kept whole or replaced by their digest placeholder, as in envelopes."""
+    if limit > 256:
+        return scrub(value, limit=limit)
+    return scrub_identifier(value)[:limit]
 
 
 def _tracing_configured() -> bool:

@@ -7,7 +7,9 @@ settings are a frozen value built once (``Settings.from_env``) or given in code.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Final
 
@@ -39,6 +41,31 @@ def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
     except ValueError:
         return default
     return value if value > 0 else default
+
+
+def _list(environ: Mapping[str, str], name: str, *, commas: bool) -> tuple[str, ...]:
+    """A JSON array of strings, or else (``commas``) comma-separated items, or one item."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return ()
+    if raw.startswith("["):
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            items = None
+        if isinstance(items, list):
+            return tuple(item for item in items if isinstance(item, str) and item)
+    if commas:
+        return tuple(item.strip() for item in raw.split(",") if item.strip())
+    return (raw,)
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
 
 
 def _tier(value: Tier | str | int) -> Tier:
@@ -78,8 +105,22 @@ class Settings:
     #: Set by ``from_env`` when CVDIAG_DEBUG was asked for and refused; reported once.
     debug_refused: bool = False
     environment: str | None = None
+    #: The user's scrubbing rules (docs/security.md): extra regular expressions whose matches
+    #: are redacted, extra key names whose values are, and exact values never to redact. They
+    #: apply process-wide, installed by the emitter built from these settings.
+    scrub_patterns: tuple[str, ...] = ()
+    scrub_keys: tuple[str, ...] = ()
+    scrub_allow: tuple[str, ...] = ()
+    #: Set by ``from_env``: patterns from CVDIAG_SCRUB_PATTERNS that did not compile; reported once.
+    scrub_rejected: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("scrub_patterns", "scrub_keys", "scrub_allow", "scrub_rejected"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+        for pattern in self.scrub_patterns:
+            if not _compiles(pattern):
+                raise ValueError(f"scrub_patterns: {pattern!r} is not a valid regular expression")
         object.__setattr__(self, "tier", _tier(self.tier))
         object.__setattr__(self, "debug_fallback_tier", _tier(self.debug_fallback_tier))
         if self.heartbeat_interval <= 0:
@@ -101,7 +142,12 @@ class Settings:
             tier = Tier.VERBOSE
         else:
             tier = Tier.DEFAULT
+        patterns = _list(env, "CVDIAG_SCRUB_PATTERNS", commas=False)
         return cls(
+            scrub_patterns=tuple(p for p in patterns if _compiles(p)),
+            scrub_keys=_list(env, "CVDIAG_SCRUB_KEYS", commas=True),
+            scrub_allow=_list(env, "CVDIAG_SCRUB_ALLOW", commas=True),
+            scrub_rejected=tuple(p for p in patterns if not _compiles(p)),
             enabled=_flag(env, "CVDIAG_BACKEND_EMITTER"),
             tier=tier,
             heartbeat_interval=_positive_float(env, "CVDIAG_HEARTBEAT_INTERVAL", 10.0),

@@ -23,8 +23,10 @@ import orjson
 BUFFER_LIMIT: Final = 64 * 1024
 #: Bytes of an event's data kept to read its JSON ``type``; the rest is only counted.
 DATA_KEEP: Final = 64 * 1024
-#: Characters of an event type kept (the emitter scrubs it and caps the envelope anyway).
-TYPE_MAX: Final = 128
+#: Characters of an event type read. The emitter scrubs the type as an identifier (kept whole or
+#: replaced by a digest placeholder) before keeping 256 characters: reading well past what is
+#: kept lets it see a credential that straddles the cut whole.
+TYPE_MAX: Final = 1024
 #: Bytes of a condensed line's start the counter keeps: enough to recognise a ``data`` field.
 _FIELD_KEEP: Final = 16
 _BOM: Final = b"\xef\xbb\xbf"

@@ -73,7 +73,35 @@ def test_nothing_usable_mints() -> None:
 def test_a_credential_sent_as_test_id_is_scrubbed() -> None:
     adopted = adopt_test_id("sk-test-12345")
     assert "sk-test-12345" not in adopted
-    assert adopted == "redacted"
+    assert re.fullmatch(r"redacted-[0-9a-f]{16}", adopted)
+    assert adopt_test_id("sk-test-12345") == adopted  # stable: the same id always joins
+
+
+def test_ids_holding_secrets_stay_distinct() -> None:
+    # Scrubbing in place made both "d4-taredacted": two tests' envelopes sharing one join key.
+    secret = "sk-proj-" + "Ab1" * 10
+    ids = [f"d4-{secret}-run-{n}" for n in range(50)]
+    adopted = {adopt_test_id(i) for i in ids}
+    assert len(adopted) == 50
+    assert not any("sk-proj" in a or "ab1ab1ab1" in a for a in adopted)
+
+
+def test_identifiers_that_look_like_secret_prefixes_are_kept() -> None:
+    for raw in ("d4-task-agent-run-7", "d4-task-agent-run-8", "risk-assessment-2024", "kiosk-1"):
+        assert adopt_test_id(raw) == raw
+        assert sanitize_slug(raw) == raw.rstrip("0123456789-") or sanitize_slug(raw) == raw
+    assert adopt_test_id("d4-task-agent-run-7") != adopt_test_id("d4-task-agent-run-8")
+
+
+def test_a_slug_holding_a_secret_becomes_a_distinct_placeholder() -> None:
+    one = sanitize_slug("ghp_" + "Ab1" * 12)
+    two = sanitize_slug("ghp_" + "Ab2" * 12)
+    assert one is not None
+    assert two is not None
+    assert one != two
+    assert SLUG.match(one)
+    assert SLUG.match(two)
+    assert one.startswith("redacted-")
 
 
 @given(st.one_of(st.none(), st.text(max_size=300), st.binary(max_size=300)))
