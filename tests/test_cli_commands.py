@@ -204,7 +204,15 @@ def test_classify_json(logs: dict[str, Path], name: str) -> None:
     result = cvdiag("classify", test_id, str(logs["all"]), "--json")
     data = json.loads(result.stdout)
     assert data["flap_class"] == name
-    assert set(data) == {"test_id", "flap_class", "reason", "evidence"}
+    assert set(data) == {
+        "test_id",
+        "flap_class",
+        "reason",
+        "log_tier",
+        "unchecked",
+        "caveat",
+        "evidence",
+    }
 
 
 def test_classify_text_names_class_reason_and_evidence(logs: dict[str, Path]) -> None:
