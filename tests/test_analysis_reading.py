@@ -73,7 +73,12 @@ def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
         (b'2026-11-22T03:00:00.0000000Z CVDIAG {"a":1}', b'{"a":1}'),
         (b'\x1b[36mweb-1  |\x1b[0mCVDIAG {"a":1}', b'{"a":1}'),
         (b'web-1|CVDIAG {"a":1}', b'{"a":1}'),
-        (b'x"CVDIAG {"a":1} then CVDIAG {"b":2}', b'{"b":2}'),
+        (b"2026-11-22T03:00:00.123456789Z stdout F CVDIAG {}", b"{}"),
+        (b"web-1  | 2026-11-22T03:00:00Z CVDIAG {}", b"{}"),
+        (b'x"CVDIAG {"a":1} then CVDIAG {"b":2}', None),
+        (b"host log 0 CVDIAG {}", None),
+        (b"host log 0CVDIAG {}", None),
+        (b"INFO: CVDIAG {}", None),
         (b'{"msg":"CVDIAG {\\"a\\":1}"}', None),
         (b'XCVDIAG {"a":1}', None),
         (b"CVDIAG{}", None),
@@ -81,6 +86,15 @@ def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
 )
 def test_the_prefix_rule(line: bytes, json: bytes | None) -> None:
     assert envelope_text(line) == json
+
+
+def test_an_envelope_after_other_text_is_set_aside_and_reported() -> None:
+    good = healthy("t1").lines()
+    forged = good[1].replace("t1", "t2")
+    data = "\n".join([good[0], f"host log 0 {forged}", f"glued{good[2]}", good[3]]).encode()
+    found, bad = _collect(data)
+    assert len(found) == 2
+    assert [(b.lineno, b.set_aside) for b in bad] == [(2, True), (3, True)]
 
 
 def _collect(data: bytes, test_id: str | None = None) -> tuple[list[str], list[Malformed]]:

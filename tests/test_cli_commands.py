@@ -240,7 +240,7 @@ def test_validate_passes_a_clean_log(logs: dict[str, Path]) -> None:
     assert result.returncode == 0, result.stdout
     count = 2 * sum(len(make().envelopes) for make in STORIES.values())
     assert result.stdout.splitlines()[-1] == (
-        f"{count} envelopes: {count} valid, 0 invalid; 0 malformed lines"
+        f"{count} envelopes: {count} valid, 0 invalid; 0 malformed lines; 0 lines set aside"
     )
 
 
@@ -252,7 +252,7 @@ def test_validate_fails_on_invalid_envelopes(logs: dict[str, Path]) -> None:
     assert out[1].startswith(f"{logs['bad']}:3 backend.agent.enter: outcome: 'maybe'")
     assert out[2].startswith(f"{logs['bad']}:4: ")
     assert "required fields missing: schema_version, trace_id, span_id," in out[2]
-    assert out[-1].endswith("2 invalid (schema 2); 1 malformed lines")
+    assert out[-1].endswith("2 invalid (schema 2); 1 malformed lines; 0 lines set aside")
 
 
 def test_nothing_to_read_exits_1(tmp_path: Path) -> None:
@@ -268,14 +268,16 @@ def test_nothing_to_read_exits_1(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (("frobnicate",), ("invalid choice",)),
+        (("frobnicate",), ("unknown command", "frobnicate", "grep")),
         ((), ("a command is required",)),
         (("replay",), ("replay", "required")),
         (("replay", "not an id!", "x.log"), ("not a test id",)),
         (("classify", "t", "x.log", "--first-token-timeout", "0"), ("positive",)),
         (("grep", "--boundary", "backend.nope"), ("names no boundary",)),
         (("grep", "--since", "yesterday"), ("ISO-8601",)),
-        (("grep", "--outcome", "fine"), ("invalid choice",)),
+        (("grep", "--outcome", "fine"), ("grep:", "not an outcome")),
+        (("ls", "--class", "weird", "x.log"), ("ls:", "not a class")),
+        (("tail", "--tier", "loud", "x.log"), ("tail:", "not a tier")),
         (("stats", "-", "-"), ("only once",)),
     ],
 )
@@ -284,7 +286,9 @@ def test_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], words: tuple[
 
 
 def test_unreadable_input_exits_2(logs: dict[str, Path], tmp_path: Path) -> None:
-    one_error(cvdiag("grep", str(tmp_path / "missing.log")), 2, "missing.log", "no such file")
+    one_error(
+        cvdiag("grep", str(tmp_path / "missing.log")), 2, "grep:", "missing.log", "no such file"
+    )
     one_error(cvdiag("stats", str(tmp_path)), 2, "is a directory")
     cut = cvdiag("stats", str(logs["cut"]))
     one_error(cut, 2, "cut.log.gz", "ends early")
@@ -310,4 +314,6 @@ def test_an_internal_error_is_one_line_and_exit_3(
     monkeypatch.setattr(cli, "_commands", lambda: {"stats": broken})
     assert cli.main(["stats", str(logs["all"])]) == 3
     err = capsys.readouterr().err
-    assert err == "cvdiag: error: internal error (ZeroDivisionError: a bug); please report it\n"
+    assert err == (
+        "cvdiag: error: stats: internal error (ZeroDivisionError: a bug); please report it\n"
+    )

@@ -159,6 +159,8 @@ class Facts:
     test_id: str
     count: int = 0
     first: Key | None = None
+    last: Key | None = None
+    ingresses: int = 0
     #: The highest tier any of the test id's envelopes needs: what the log can show.
     tier: Tier = Tier.DEFAULT
     bad_outcome: Ref | None = None
@@ -196,6 +198,8 @@ class Facts:
         self.count += 1
         if self.first is None or record.key < self.first:
             self.first = record.key
+        if self.last is None or record.key > self.last:
+            self.last = record.key
         tier = BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
         if tier > self.tier:
             self.tier = tier
@@ -209,6 +213,7 @@ class Facts:
         elif boundary == COMPLETE:
             self._add_completion(record, env["outcome"], meta)
         elif boundary == INGRESS:
+            self.ingresses += 1
             self._last_ingress = Ref.of(record)
             self.first_ingress = self.first_ingress or self._last_ingress
         elif boundary == "backend.error.caught":
@@ -336,6 +341,11 @@ class Facts:
         if ends:
             return min(ends, key=lambda ref: ref.key)
         return self.last_completion.ref if self.last_completion is not None else None
+
+    @property
+    def requests(self) -> int:
+        """Ingress envelopes, or at the default tier (no ingress) the requests that ended."""
+        return max(self.ingresses, self.completion_count + self.abort_count)
 
     @property
     def ended_badly(self) -> bool:
