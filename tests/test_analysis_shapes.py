@@ -115,7 +115,7 @@ def test_a_provider_429_passed_on_as_502_with_retry_after_is_rate_limited() -> N
     verdict = _classify(story)
     assert verdict.flap_class == "provider-rate-limited", verdict.reason
     assert "HTTP429 ×3" in verdict.reason
-    assert "retry-after: 20" in verdict.reason
+    assert "retry-after=20" in verdict.reason
 
 
 def test_a_caught_provider_exception_names_the_provider_at_the_default_tier() -> None:

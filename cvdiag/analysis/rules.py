@@ -172,8 +172,7 @@ def _outcome(ctx: Context) -> str:
         return f"the stream was aborted ({abort.termination}) at {ctx.at(abort.ref)}"
     bad = f.error_status or f.failed
     if bad is not None:
-        retry = f" with retry-after: {text(f.retry_after[0][0], 20)}" if f.retry_after else ""
-        return f"the backend answered {bad.ref.summary}{retry}"
+        return f"the backend answered {bad.ref.summary}"  # the summary shows its edge headers
     if f.last_completion is not None:
         return f"yet the request completed ok ({f.last_completion.ref.summary})"
     return "the log ends before the request does"
