@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,12 @@ def _wait_for(memory: MemorySink, test_id: str, boundary: str, timeout: float = 
     raise AssertionError(f"{boundary} of {test_id} never came")
 
 
+def _read_all(client: httpx.Client, test_id: str) -> None:
+    with client.stream("POST", "/agui", headers={"x-test-id": test_id}) as response:
+        for _ in response.iter_lines():
+            pass
+
+
 def _drive(base: str, provider: FakeProvider, memory: MemorySink) -> None:
     with httpx.Client(base_url=base, timeout=10) as client:
         provider.fail_status = 500
@@ -116,15 +122,13 @@ def _drive(base: str, provider: FakeProvider, memory: MemorySink) -> None:
     provider.first_byte_delay = 4.0
     hung = httpx.Timeout(10, read=1.0)
     with httpx.Client(base_url=base, timeout=hung) as client, pytest.raises(httpx.ReadTimeout):
-        with client.stream("POST", "/agui", headers={"x-test-id": "shape-hang"}) as response:
-            for _ in response.iter_lines():
-                pass
+        _read_all(client, "shape-hang")
     _wait_for(memory, "shape-hang", "backend.llm.call.response")
     provider.first_byte_delay = 0.0
 
 
 @pytest.fixture(scope="module")
-def shapes_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def shapes_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shapes") / "backend.log"
     memory = MemorySink()
     settings = Settings(enabled=True, tier=Tier.DEBUG, heartbeat_interval=0.4)
@@ -139,7 +143,7 @@ def shapes_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         flush()
     finally:
         configure(Settings(), sinks=[MemorySink()])
-    yield path
+    return path
 
 
 EXPECTED = {
