@@ -316,7 +316,7 @@ def _validate() -> Parser:
 
 
 def _demo() -> Parser:
-    return _command(
+    p = _command(
         "demo",
         "Run an instrumented example backend and explain what it wrote.",
         """Starts an example agent backend on loopback, drives one conversation per failure
@@ -324,6 +324,9 @@ def _demo() -> Parser:
         class, with the commands to run them yourself.""",
         "cvdiag demo\ncvdiag replay demo-1-healthy-chat cvdiag-demo.log",
     )
+    p.add_argument("--log", default="cvdiag-demo.log", metavar="PATH",
+                   help="the log to write (default %(default)s, replaced)")  # fmt: skip
+    return p
 
 
 COMMANDS: Final[dict[str, Callable[[], Parser]]] = {
