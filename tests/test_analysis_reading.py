@@ -51,6 +51,27 @@ def test_block_scanner_finds_what_a_line_split_finds(chunks: list[bytes], block:
             assert list(candidate_lines(_input(data), needle)) == _naive(data, needle)
 
 
+def _naive_offsets(data: bytes, needle: bytes) -> list[tuple[int, bytes]]:
+    found, at = [], 0
+    for line in data.split(b"\n"):
+        if needle in line:
+            found.append((at, line))
+        at += len(line) + 1
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(_pieces, max_size=60), block=st.integers(1, 16))
+def test_without_line_numbers_positions_are_byte_offsets(chunks: list[bytes], block: int) -> None:
+    data = b"".join(chunks)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reading, "BLOCK", block)
+        for needle in (b"CVDIAG {", b"id-1"):
+            source = _input(data)
+            source.numbered = False
+            assert list(candidate_lines(source, needle)) == _naive_offsets(data, needle)
+
+
 def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

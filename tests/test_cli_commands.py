@@ -154,10 +154,18 @@ def test_malformed_lines_are_reported_as_file_line_reason_and_skipped(
     # Reading asks only for what the commands use: the odd outcome still reads (validate
     # flags it); the line without JSON and the one without a boundary are skipped.
     assert len(result.stdout.splitlines()) == len(healthy().envelopes)
+    # grep does not count lines (it shows none): a bad line is located by its byte offset.
+    text = logs["bad"].read_bytes()
+    lines = text.split(b"\n")
+    at = [sum(len(line) + 1 for line in lines[:n]) for n in range(len(lines))]
     first, second = result.stderr.splitlines()
-    assert first.startswith(f"cvdiag: warning: {logs['bad']}:2: invalid JSON: ")
+    assert first.startswith(f"cvdiag: warning: {logs['bad']} byte {at[1]}: invalid JSON: ")
     assert first.endswith("; skipped")
-    assert second == f"cvdiag: warning: {logs['bad']}:4: missing field 'boundary'; skipped"
+    assert second == (
+        f"cvdiag: warning: {logs['bad']} byte {at[3]}: missing field 'boundary'; skipped"
+    )
+    located = cvdiag("validate", str(logs["bad"])).stdout
+    assert f"{logs['bad']}:2: malformed: invalid JSON" in located
     # With a test id, only lines holding it are parsed, so only those are reported.
     by_id = cvdiag("grep", "--test-id", "mixed", str(logs["bad"]))
     assert by_id.stderr.splitlines() == [second]

@@ -72,9 +72,17 @@ class Malformed:
     reason: str
     #: ``CVDIAG {`` after other text: not malformed, but not read either (see the docstring).
     set_aside: bool = False
+    #: ``lineno`` is a byte offset (an input read without line numbers).
+    offset: bool = False
+
+    @property
+    def where(self) -> str:
+        return (
+            f"{self.source} byte {self.lineno}" if self.offset else f"{self.source}:{self.lineno}"
+        )
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.lineno}: {self.reason}"
+        return f"{self.where}: {self.reason}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,6 +155,8 @@ class Input:
         self.stream: IO[bytes] = stream
         #: Called with the bytes read so far (of the file itself: compressed for gzip).
         self.on_read: Callable[[int], None] | None = None
+        #: Whether positions are line numbers (else byte offsets: see ``candidate_lines``).
+        self.numbered = True
         self.position = 0
         head = _peek(stream, 2)
         if head == b"\x1f\x8b":
@@ -275,18 +285,26 @@ def _open(name: str) -> Input:
 
 
 def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes | None]]:
-    """``(line number, line)`` for each line containing ``needle``, without its newline.
+    """``(position, line)`` for each line containing ``needle``, without its newline.
 
+    The position is the line's number, or, when the input is not ``numbered``, the byte offset
+    of its start: counting newlines is half the cost of a search for a rare test id, and
+    ``grep``, ``stats`` and ``ls`` never show where an envelope was.
     ``None`` stands for a line over ``MAX_LINE`` bytes that holds the marker: it is skipped.
-    Whole blocks are searched with ``bytes.find`` and newlines counted with ``bytes.count``, so
-    lines without the needle cost no Python-level work at all.
+    Whole blocks are searched with ``bytes.find`` (and newlines counted with ``bytes.count``),
+    so lines without the needle cost no Python-level work at all.
     """
+    numbered = source.numbered
     lineno = 1  # the number of the line that starts at buf[0]
+    base = 0  # the byte offset of buf[0]
+    consumed = 0  # bytes read so far
     buf = b""
     skipping = False  # inside an overlong line: drop bytes until its end
     final = False
     while not final:
         data = source.read(BLOCK)
+        data_start = consumed
+        consumed += len(data)
         if not data:
             if skipping or not buf:
                 return
@@ -299,13 +317,17 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
             skipping = False
             lineno += 1
             buf = data[end + 1 :]
+            base = data_start + end + 1
+        elif buf:
+            buf += data
         else:
-            buf = buf + data if buf else data
+            buf = data
+            base = data_start
         cut = buf.rfind(b"\n") + 1
         if cut == 0:
             if len(buf) > MAX_LINE:
                 if MARKER in buf:
-                    yield lineno, None
+                    yield (lineno if numbered else base), None
                 buf = b""
                 skipping = True
             continue
@@ -314,14 +336,18 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
         while pos >= 0:
             start = buf.rfind(b"\n", 0, pos) + 1
             end = buf.find(b"\n", pos, cut)
-            lineno += buf.count(b"\n", counted, start)
-            counted = start
+            if numbered:
+                lineno += buf.count(b"\n", counted, start)
+                counted = start
+            where = lineno if numbered else base + start
             if end - start <= MAX_LINE:
-                yield lineno, buf[start:end]
+                yield where, buf[start:end]
             elif MARKER in buf[start:end]:
-                yield lineno, None
+                yield where, None
             pos = buf.find(needle, end + 1, cut)
-        lineno += buf.count(b"\n", counted, cut)
+        if numbered:
+            lineno += buf.count(b"\n", counted, cut)
+        base += cut
         buf = buf[cut:]
 
 
@@ -353,19 +379,21 @@ def parsed_lines(
     """
     name = source.name
     loads = orjson.loads
+    offset = not source.numbered
     for lineno, line in candidate_lines(source, needle):
         if line is None:
-            on_malformed(Malformed(name, lineno, f"line longer than {MAX_LINE} bytes, skipped"))
+            too_long = f"line longer than {MAX_LINE} bytes, skipped"
+            on_malformed(Malformed(name, lineno, too_long, offset=offset))
             continue
         text, aside = split_envelope(line)
         if text is None:
             if aside:
-                on_malformed(Malformed(name, lineno, SET_ASIDE, set_aside=True))
+                on_malformed(Malformed(name, lineno, SET_ASIDE, set_aside=True, offset=offset))
             continue
         try:
             value = loads(text)
         except orjson.JSONDecodeError as exc:
-            on_malformed(Malformed(name, lineno, f"invalid JSON: {exc}"))
+            on_malformed(Malformed(name, lineno, f"invalid JSON: {exc}", offset=offset))
             continue
         yield lineno, text, value
 
@@ -441,7 +469,7 @@ def records(
             if key is None:
                 problem = f"field 'ts' is not an ISO-8601 date-time: {value['ts'][:40]!r}"
         if problem is not None:
-            on_malformed(Malformed(name, lineno, problem))
+            on_malformed(Malformed(name, lineno, problem, offset=not source.numbered))
             continue
         if ids is not None and value["test_id"] not in ids:
             continue

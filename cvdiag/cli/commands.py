@@ -35,9 +35,12 @@ def _output(args: argparse.Namespace) -> Output:
     return Output(live=STDIN in args.files, color=args.color)
 
 
-def _opened(args: argparse.Namespace) -> Inputs:
-    """The inputs, with progress on stderr for a long read (when stderr is a terminal)."""
+def _opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
+    """The inputs, with progress on stderr for a long read (when stderr is a terminal).
+    ``numbered=False``: positions are byte offsets (faster), for commands that show none."""
     inputs = Inputs(args.files)
+    for item in inputs.inputs:
+        item.numbered = numbered
     progress = Progress(args.command, None)
     if progress.enabled:
         inputs.watch(lambda done, total: _progress(progress, done, total))
@@ -89,7 +92,7 @@ def grep(args: argparse.Namespace) -> int:
     out, malformed = _output(args), Malformations("grep")
     match = _matcher(args)
     found = 0
-    with _opened(args) as inputs:
+    with _opened(args, numbered=False) as inputs:
         for record in merged(inputs, malformed, test_id=args.test_ids):
             if not match(record):
                 continue
@@ -208,7 +211,7 @@ def _fact(value: object) -> str:
 def stats(args: argparse.Namespace) -> int:
     malformed = Malformations("stats")
     report = statistics.Stats(by_class=args.by_class)
-    with _opened(args) as inputs:
+    with _opened(args, numbered=False) as inputs:
         # Figures do not depend on order: the inputs are read one after another, not merged.
         report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
     args.progress.done()
@@ -247,10 +250,10 @@ class _Tally:
     def on_malformed(self, problem: Malformed) -> None:
         if problem.set_aside:
             self.set_aside += 1
-            self.report(f"{problem.source}:{problem.lineno}", problem.reason)
+            self.report(problem.where, problem.reason)
             return
         self.malformed += 1
-        self.report(f"{problem.source}:{problem.lineno}", f"malformed: {problem.reason}")
+        self.report(problem.where, f"malformed: {problem.reason}")
 
     def check(self, source: Input, lineno: int, text: bytes, value: object) -> None:
         self.envelopes += 1

@@ -48,7 +48,7 @@ def ls(args: argparse.Namespace) -> int:
     malformed = Malformations("ls")
     ids = frozenset(args.test_ids) if args.test_ids else None
     seen: dict[str, tuple[str, Facts]] = {}
-    with _opened(args) as inputs:
+    with _opened(args, numbered=False) as inputs:
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
                 env = record.envelope
