@@ -2,10 +2,12 @@
 
 Everything runs in this process on a free loopback port: a Starlette app with
 ``CvdiagMiddleware``, an agent turn (``agent_scope``) around a fake streaming LLM (``llm_call``),
-cvdiag at the debug tier writing envelopes to stdout, and clients that drive a healthy chat, a
-slow LLM call (heartbeats), a client that hangs up mid-stream, an LLM error whose message carries
-a fake API key (scrubbed), and a WebSocket chat. After each, the demo prints the test id's
-replay and class, as ``cvdiag replay`` and ``cvdiag classify`` would on a log file.
+cvdiag at the debug tier writing envelopes to a log file (``cvdiag-demo.log`` in the current
+directory unless told otherwise), and clients that drive a healthy chat, a slow LLM call
+(heartbeats), a client that hangs up mid-stream, an LLM error whose message carries a fake API
+key (scrubbed), and a WebSocket chat. Each envelope is shown as ``cvdiag tail`` shows it; after
+each conversation the demo prints the test id's replay and class, read back from that log
+exactly as the ``cvdiag replay`` and ``cvdiag classify`` commands it prints would read it.
 
 The server and clients (uvicorn, httpx, websockets) are the ``demo`` extra, not runtime
 dependencies of cvdiag.
@@ -15,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import json
+import os
 import sys
 import threading
 import time
@@ -29,7 +31,10 @@ from cvdiag.analysis.reading import Input, Record, records
 from cvdiag.emitter import configure, flush
 from cvdiag.schema import Tier
 from cvdiag.settings import Settings
-from cvdiag.sinks import MemorySink, StdoutSink
+from cvdiag.sinks import FileSink, MemorySink
+
+#: Where the demo writes its log, relative to the current directory.
+DEMO_LOG: Final = "cvdiag-demo.log"
 
 if TYPE_CHECKING:
     import httpx
@@ -224,10 +229,11 @@ SCENARIOS: Final = (
 )
 
 
-def _records(memory: MemorySink, test_id: str) -> list[Record]:
-    """The envelopes written so far, read back exactly as ``cvdiag`` reads a log file."""
-    data = b"".join(b"CVDIAG " + line + b"\n" for line in list(memory.lines))
-    return list(records(Input("<demo>", io.BytesIO(data)), lambda problem: None, test_id=test_id))
+def _records(log: str, test_id: str) -> list[Record]:
+    """The test id's envelopes read back from the log, exactly as ``cvdiag`` reads it."""
+    flush()
+    with open(log, "rb") as file:
+        return list(records(Input(log, file), lambda problem: None, test_id=test_id))
 
 
 def _wait_until_ended(memory: MemorySink, test_id: str, timeout: float = 10.0) -> None:
@@ -242,9 +248,19 @@ def _wait_until_ended(memory: MemorySink, test_id: str, timeout: float = 10.0) -
         time.sleep(0.02)
 
 
-def run(out: TextIO | None = None) -> int:
-    """Run the demo; returns 0 when every scenario got the class it shows off."""
+def run(out: TextIO | None = None, log: str = DEMO_LOG) -> int:
+    """Run the demo, writing its envelopes to ``log`` (replaced if it exists); returns 0 when
+    every scenario got the class it shows off."""
+    from cvdiag.cli.style import safe
+    from cvdiag.cli.tail import render
+
     stream = out if out is not None else sys.stdout
+    try:
+        open(log, "wb").close()  # a fresh log: the commands the demo prints read only this run
+    except OSError as exc:
+        raise DemoUnavailable(
+            f"cannot write {log}: {exc.strerror or exc}; try --log PATH"
+        ) from None
     try:
         import httpx
         import uvicorn  # noqa: F401 - checked here, used by serve()
@@ -264,22 +280,25 @@ def run(out: TextIO | None = None) -> int:
     # Code-given settings are trusted: the debug tier whatever the environment label says.
     configure(
         Settings(enabled=True, tier=Tier.DEBUG, heartbeat_interval=HEARTBEAT_S),
-        sinks=[StdoutSink(), memory],
+        sinks=[FileSink(log), memory],
     )
+    name = log if " " not in log else repr(log)
     verdicts: list[tuple[Scenario, classify.Verdict]] = []
     try:
         with serve(build_app()) as base, httpx.Client(base_url=base, timeout=30) as client:
             say(f"cvdiag demo: an example agent backend on {base}, cvdiag at the debug tier")
-            say("(every CVDIAG line below is an envelope, as the backend wrote it to stdout)")
+            say(f"(its envelopes go to {name}; each is shown below as 'cvdiag tail' shows it)")
             for number, scenario in enumerate(SCENARIOS, 1):
                 say()
                 say(f"=== {number}/{len(SCENARIOS)} {scenario.title}: {scenario.what}")
                 say(f"    test id {scenario.test_id} (sent as the x-test-id header)")
                 scenario.drive(client, base, scenario.test_id)
                 _wait_until_ended(memory, scenario.test_id)
-                found = _records(memory, scenario.test_id)
+                found = _records(log, scenario.test_id)
+                for record in found:
+                    say(f"  {safe(render(record.envelope)[0])}")
                 say()
-                say(f"$ cvdiag replay {scenario.test_id} backend.log")
+                say(f"$ cvdiag replay {scenario.test_id} {name}")
                 for line in timeline.render(timeline.build(scenario.test_id, found)):
                     say(f"  {line}")
                 verdict = classify.classify(
@@ -292,7 +311,7 @@ def run(out: TextIO | None = None) -> int:
                     if scenario.first_token_timeout != classify.DEFAULT_FIRST_TOKEN_TIMEOUT
                     else ""
                 )
-                say(f"$ cvdiag classify {scenario.test_id} backend.log{option}")
+                say(f"$ cvdiag classify {scenario.test_id} {name}{option}")
                 say(f"  {verdict.flap_class}: {verdict.reason}")
     finally:
         flush()
@@ -306,8 +325,15 @@ def run(out: TextIO | None = None) -> int:
         )
         say(f"  {scenario.title:<{width}}  {scenario.test_id:<22}  {verdict.flap_class}{mark}")
     say()
+    where = os.path.abspath(log)
+    say(f"Every envelope above is in {name} ({where}). Try:")
+    say(f"  cvdiag ls {name}")
+    say(f"  cvdiag replay {SCENARIOS[0].test_id} {name}")
+    say(f"  cvdiag classify {SCENARIOS[2].test_id} {name}")
+    say()
     say("On your own backend: app.add_middleware(CvdiagMiddleware), set the environment variable")
-    say("CVDIAG_BACKEND_EMITTER=1, then: cvdiag replay|classify TEST_ID app.log")
+    say("CVDIAG_BACKEND_EMITTER=1, run it with '| tee app.log', and read it live with")
+    say("'| cvdiag tail', or afterwards with: cvdiag ls|replay|classify ... app.log")
     wrong = [s.title for s, v in verdicts if v.flap_class != s.expected]
     if wrong or len(verdicts) != len(SCENARIOS):
         raise DemoFailed(f"unexpected classes for: {', '.join(wrong) or 'missing scenarios'}")

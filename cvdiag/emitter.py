@@ -21,7 +21,7 @@ from cvdiag.guard import failures, record_failure, say
 from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
 from cvdiag.scrub import use_rules
-from cvdiag.settings import DEBUG_ENVIRONMENTS, Settings
+from cvdiag.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
 from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink, install_exit_hooks
 
 if TYPE_CHECKING:
@@ -95,10 +95,15 @@ class Emitter:
             )
         if self.enabled and self.settings.debug_refused:
             allowed = ", ".join(sorted(DEBUG_ENVIRONMENTS))
+            names = ", ".join(ENVIRONMENT_LABEL_VARS)
+            label = self.settings.environment
+            found = f"is {label!r}" if label is not None else "is unset"
             say(
-                f"CVDIAG_DEBUG refused: environment label {self.settings.environment!r} is not one"
-                f" of {allowed}; running at tier {self.tier.label}"
+                f"CVDIAG_DEBUG refused: the environment label ({names}, the first one set)"
+                f" {found}, not one of {allowed}; running at tier {self.tier.label}"
             )
+        if self.enabled and settings is None:
+            _announce(self)
 
     def new_trace_id(self) -> str:
         """A new request's trace id: the current OpenTelemetry trace's (32 hex) when the bridge
@@ -280,6 +285,25 @@ _configure_lock = threading.Lock()
 #: A middleware given its own ``settings`` makes its emitter the one for its requests, so
 #: scopes, instrumented clients and ``emit()`` inside them use it too.
 _REQUEST_EMITTER: ContextVar[Emitter | None] = ContextVar("cvdiag_emitter", default=None)
+
+
+_announced = False
+
+
+def _announce(emitter: Emitter) -> None:
+    """Once per process, when the environment turned emission on: the tier and the sinks, on
+    stderr (stdout stays envelopes only)."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    names = ", ".join(_sink_name(sink) for sink in emitter.sinks)
+    say(f"on at the {emitter.tier.label} tier, writing to {names}")
+
+
+def _sink_name(sink: Sink) -> str:
+    name = type(sink).__name__.removesuffix("Sink").lower()
+    return {"spanevent": "opentelemetry span events"}.get(name, name)
 
 
 def get_emitter() -> Emitter:

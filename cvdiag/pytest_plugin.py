@@ -149,8 +149,12 @@ def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
     if log is not None:
         sinks.append(log)
 
+    try:
+        settings = Settings(enabled=True, **options)
+    except (TypeError, ValueError) as exc:  # a bad marker: say which, not a bare KeyError
+        pytest.fail(f"@pytest.mark.cvdiag(...): {exc}", pytrace=False)
     previous = _emitter_module._emitter
-    emitter = Emitter(Settings(enabled=True, **options), sinks=sinks)
+    emitter = Emitter(settings, sinks=sinks)
     _emitter_module._install(emitter)
     token = _CURRENT.set(None)
     events = CvdiagEvents(memory, emitter)

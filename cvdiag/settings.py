@@ -16,6 +16,15 @@ from typing import Final
 from cvdiag.schema import Tier
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"", "0", "false", "no", "off"})
+_FLAGS: Final = ("CVDIAG_BACKEND_EMITTER", "CVDIAG_VERBOSE", "CVDIAG_DEBUG", "CVDIAG_OTEL")
+_NUMBERS: Final = {
+    "CVDIAG_HEARTBEAT_INTERVAL": "a positive number of seconds",
+    "CVDIAG_QUEUE_SIZE": "a positive whole number",
+}
+#: Problems already reported on stderr: each is said once per process, however often the
+#: environment is read.
+_reported: set[str] = set()
 #: Environment labels under which DEBUG may be granted; anything else (or none) refuses it.
 DEBUG_ENVIRONMENTS: Final = frozenset(
     {"development", "dev", "test", "staging", "local", "ci", "preview"}
@@ -69,9 +78,57 @@ def _compiles(pattern: str) -> bool:
 
 
 def _tier(value: Tier | str | int) -> Tier:
-    if isinstance(value, str) and not isinstance(value, Tier):
-        return Tier[value.strip().upper()]
-    return Tier(value)
+    try:
+        if isinstance(value, str) and not isinstance(value, Tier):
+            return Tier[value.strip().upper()]
+        return Tier(value)
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"tier {value!r} is not one of {', '.join(t.label for t in Tier)}"
+        ) from None
+
+
+def environment_problems(environ: Mapping[str, str]) -> list[str]:
+    """What in ``environ`` cvdiag does not understand: flag values other than the accepted
+    words, numbers that are not positive, ``CVDIAG_*`` names cvdiag does not read."""
+    problems = []
+    for name in _FLAGS:
+        raw = environ.get(name)
+        if raw is not None and raw.strip().lower() not in _TRUE | _FALSE:
+            problems.append(
+                f"{name}={raw[:40]!r} is not recognised (accepted: 1, true, yes, on to turn it"
+                " on; 0, false, no, off or empty for off): taken as off"
+            )
+    defaults = {"CVDIAG_HEARTBEAT_INTERVAL": "10", "CVDIAG_QUEUE_SIZE": "5000"}
+    for name, expected in _NUMBERS.items():
+        raw = environ.get(name)
+        if raw is None or not raw.strip():
+            continue
+        ok = (
+            _positive_float({name: raw}, name, -1.0) > 0
+            if name == "CVDIAG_HEARTBEAT_INTERVAL"
+            else _positive_int({name: raw}, name, -1) > 0
+        )
+        if not ok:
+            problems.append(
+                f"{name}={raw[:40]!r} is not {expected}: the default {defaults[name]} is used"
+            )
+    known = {*_FLAGS, *_NUMBERS}
+    for name in sorted(environ):
+        if name.startswith("CVDIAG_") and name not in known:
+            problems.append(
+                f"{name} is not a cvdiag variable (cvdiag reads {', '.join(sorted(known))})"
+            )
+    return problems
+
+
+def _report(problems: list[str]) -> None:
+    from cvdiag.guard import say
+
+    for problem in problems:
+        if problem not in _reported:
+            _reported.add(problem)
+            say(problem)
 
 
 def environment_label(environ: Mapping[str, str]) -> str | None:
@@ -132,6 +189,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Resolve settings from ``environ`` (default ``os.environ``); never raises."""
         env = os.environ if environ is None else environ
+        _report(environment_problems(env))
         label = environment_label(env)
         verbose = _flag(env, "CVDIAG_VERBOSE")
         debug_asked = _flag(env, "CVDIAG_DEBUG")

@@ -40,7 +40,15 @@ def test_each_story_gets_its_class(name: str) -> None:
     assert verdict.flap_class == name, verdict.reason
     assert verdict.reason
     data = verdict.to_json()
-    assert set(data) == {"test_id", "flap_class", "reason", "evidence"}
+    assert set(data) == {
+        "test_id",
+        "flap_class",
+        "reason",
+        "log_tier",
+        "unchecked",
+        "caveat",
+        "evidence",
+    }
     if name != "unclassified":
         assert data["evidence"]["envelopes"], "a class rests on envelopes"
         assert all(e["source"].startswith("log:") for e in data["evidence"]["envelopes"])
@@ -119,7 +127,8 @@ def test_heartbeats_past_the_timeout_alone_make_it_slow() -> None:
     story = Story("hb")
     story.ingress()
     call = story.llm_start(1, story.request)
-    story.first_byte(2)  # the stream started (a keep-alive) while the call was still out
+    story.first_byte(2)  # the stream started (a lifecycle event) while the call was still out
+    story.event(2, "RUN_STARTED")
     story.heartbeat(10_001, call, 10_000)
     story.llm_response(10_500, call, 9_000)  # latency reported under the timeout
     story.complete(10_600)

@@ -51,6 +51,27 @@ def test_block_scanner_finds_what_a_line_split_finds(chunks: list[bytes], block:
             assert list(candidate_lines(_input(data), needle)) == _naive(data, needle)
 
 
+def _naive_offsets(data: bytes, needle: bytes) -> list[tuple[int, bytes]]:
+    found, at = [], 0
+    for line in data.split(b"\n"):
+        if needle in line:
+            found.append((at, line))
+        at += len(line) + 1
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(_pieces, max_size=60), block=st.integers(1, 16))
+def test_without_line_numbers_positions_are_byte_offsets(chunks: list[bytes], block: int) -> None:
+    data = b"".join(chunks)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reading, "BLOCK", block)
+        for needle in (b"CVDIAG {", b"id-1"):
+            source = _input(data)
+            source.numbered = False
+            assert list(candidate_lines(source, needle)) == _naive_offsets(data, needle)
+
+
 def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -73,7 +94,12 @@ def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
         (b'2026-11-22T03:00:00.0000000Z CVDIAG {"a":1}', b'{"a":1}'),
         (b'\x1b[36mweb-1  |\x1b[0mCVDIAG {"a":1}', b'{"a":1}'),
         (b'web-1|CVDIAG {"a":1}', b'{"a":1}'),
-        (b'x"CVDIAG {"a":1} then CVDIAG {"b":2}', b'{"b":2}'),
+        (b"2026-11-22T03:00:00.123456789Z stdout F CVDIAG {}", b"{}"),
+        (b"web-1  | 2026-11-22T03:00:00Z CVDIAG {}", b"{}"),
+        (b'x"CVDIAG {"a":1} then CVDIAG {"b":2}', None),
+        (b"host log 0 CVDIAG {}", None),
+        (b"host log 0CVDIAG {}", None),
+        (b"INFO: CVDIAG {}", None),
         (b'{"msg":"CVDIAG {\\"a\\":1}"}', None),
         (b'XCVDIAG {"a":1}', None),
         (b"CVDIAG{}", None),
@@ -81,6 +107,15 @@ def test_overlong_lines_are_skipped_and_reported_and_numbering_goes_on(
 )
 def test_the_prefix_rule(line: bytes, json: bytes | None) -> None:
     assert envelope_text(line) == json
+
+
+def test_an_envelope_after_other_text_is_set_aside_and_reported() -> None:
+    good = healthy("t1").lines()
+    forged = good[1].replace("t1", "t2")
+    data = "\n".join([good[0], f"host log 0 {forged}", f"glued{good[2]}", good[3]]).encode()
+    found, bad = _collect(data)
+    assert len(found) == 2
+    assert [(b.lineno, b.set_aside) for b in bad] == [(2, True), (3, True)]
 
 
 def _collect(data: bytes, test_id: str | None = None) -> tuple[list[str], list[Malformed]]:

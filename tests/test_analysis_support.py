@@ -131,7 +131,10 @@ class Story:
         tokens: int | None = 5,
         outcome: str = "ok",
         error_class: str | None = None,
+        first_token: float | None = None,
     ) -> str:
+        """``first_token`` writes the additive ``first_token_delta_ms`` (issue 14's wire)."""
+        extra = {} if first_token is None else {"first_token_delta_ms": first_token}
         return self.emit(
             "backend.llm.call.response",
             at,
@@ -142,6 +145,7 @@ class Story:
                 "response_token_count": tokens,
                 "latency_ms": latency,
                 "error_class": error_class,
+                **extra,
             },
             duration_ms=int(latency),
             parent=call,
@@ -168,12 +172,29 @@ class Story:
                 parent=self.request,
             )
 
-    def aborted(self, at: float, kind: str = "client_disconnect") -> str:
+    def event(self, at: float, event_type: str, sequence: int = 0) -> str:
+        return self.emit(
+            "backend.sse.event",
+            at,
+            metadata={"event_type": event_type, "payload_size_bytes": 40, "sequence_num": sequence},
+            parent=self.request,
+        )
+
+    def aborted(
+        self,
+        at: float,
+        kind: str = "client_disconnect",
+        *,
+        cause: str | None = None,
+        size: int = 120,
+    ) -> str:
+        """``cause`` writes the additive ``termination_cause`` (issue 14's wire)."""
+        extra = {} if cause is None else {"termination_cause": cause}
         return self.emit(
             "backend.sse.aborted",
             at,
             outcome="err",
-            metadata={"termination_kind": kind, "bytes_before_abort": 120},
+            metadata={"termination_kind": kind, "bytes_before_abort": size, **extra},
             parent=self.request,
         )
 
@@ -201,13 +222,15 @@ class Story:
             edge=edge,
         )
 
-    def error(self, at: float, parent: str | None = None) -> str:
+    def error(
+        self, at: float, parent: str | None = None, exception_type: str = "ValueError"
+    ) -> str:
         return self.emit(
             "backend.error.caught",
             at,
             outcome="err",
             metadata={
-                "exception_type": "ValueError",
+                "exception_type": exception_type,
                 "message_scrubbed": "bad tool input key=[REDACTED]",
                 "stack_brief": [{"file": "app.py", "line": 12}],
                 "truncated": False,

@@ -154,10 +154,18 @@ def test_malformed_lines_are_reported_as_file_line_reason_and_skipped(
     # Reading asks only for what the commands use: the odd outcome still reads (validate
     # flags it); the line without JSON and the one without a boundary are skipped.
     assert len(result.stdout.splitlines()) == len(healthy().envelopes)
+    # grep does not count lines (it shows none): a bad line is located by its byte offset.
+    text = logs["bad"].read_bytes()
+    lines = text.split(b"\n")
+    at = [sum(len(line) + 1 for line in lines[:n]) for n in range(len(lines))]
     first, second = result.stderr.splitlines()
-    assert first.startswith(f"cvdiag: warning: {logs['bad']}:2: invalid JSON: ")
+    assert first.startswith(f"cvdiag: warning: {logs['bad']} byte {at[1]}: invalid JSON: ")
     assert first.endswith("; skipped")
-    assert second == f"cvdiag: warning: {logs['bad']}:4: missing field 'boundary'; skipped"
+    assert second == (
+        f"cvdiag: warning: {logs['bad']} byte {at[3]}: missing field 'boundary'; skipped"
+    )
+    located = cvdiag("validate", str(logs["bad"])).stdout
+    assert f"{logs['bad']}:2: malformed: invalid JSON" in located
     # With a test id, only lines holding it are parsed, so only those are reported.
     by_id = cvdiag("grep", "--test-id", "mixed", str(logs["bad"]))
     assert by_id.stderr.splitlines() == [second]
@@ -204,7 +212,15 @@ def test_classify_json(logs: dict[str, Path], name: str) -> None:
     result = cvdiag("classify", test_id, str(logs["all"]), "--json")
     data = json.loads(result.stdout)
     assert data["flap_class"] == name
-    assert set(data) == {"test_id", "flap_class", "reason", "evidence"}
+    assert set(data) == {
+        "test_id",
+        "flap_class",
+        "reason",
+        "log_tier",
+        "unchecked",
+        "caveat",
+        "evidence",
+    }
 
 
 def test_classify_text_names_class_reason_and_evidence(logs: dict[str, Path]) -> None:
@@ -232,7 +248,7 @@ def test_validate_passes_a_clean_log(logs: dict[str, Path]) -> None:
     assert result.returncode == 0, result.stdout
     count = 2 * sum(len(make().envelopes) for make in STORIES.values())
     assert result.stdout.splitlines()[-1] == (
-        f"{count} envelopes: {count} valid, 0 invalid; 0 malformed lines"
+        f"{count} envelopes: {count} valid, 0 invalid; 0 malformed lines; 0 lines set aside"
     )
 
 
@@ -244,7 +260,7 @@ def test_validate_fails_on_invalid_envelopes(logs: dict[str, Path]) -> None:
     assert out[1].startswith(f"{logs['bad']}:3 backend.agent.enter: outcome: 'maybe'")
     assert out[2].startswith(f"{logs['bad']}:4: ")
     assert "required fields missing: schema_version, trace_id, span_id," in out[2]
-    assert out[-1].endswith("2 invalid (schema 2); 1 malformed lines")
+    assert out[-1].endswith("2 invalid (schema 2); 1 malformed lines; 0 lines set aside")
 
 
 def test_nothing_to_read_exits_1(tmp_path: Path) -> None:
@@ -260,14 +276,16 @@ def test_nothing_to_read_exits_1(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (("frobnicate",), ("invalid choice",)),
+        (("frobnicate",), ("unknown command", "frobnicate", "grep")),
         ((), ("a command is required",)),
         (("replay",), ("replay", "required")),
         (("replay", "not an id!", "x.log"), ("not a test id",)),
         (("classify", "t", "x.log", "--first-token-timeout", "0"), ("positive",)),
         (("grep", "--boundary", "backend.nope"), ("names no boundary",)),
         (("grep", "--since", "yesterday"), ("ISO-8601",)),
-        (("grep", "--outcome", "fine"), ("invalid choice",)),
+        (("grep", "--outcome", "fine"), ("grep:", "not an outcome")),
+        (("ls", "--class", "weird", "x.log"), ("ls:", "not a class")),
+        (("tail", "--tier", "loud", "x.log"), ("tail:", "not a tier")),
         (("stats", "-", "-"), ("only once",)),
     ],
 )
@@ -276,7 +294,9 @@ def test_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], words: tuple[
 
 
 def test_unreadable_input_exits_2(logs: dict[str, Path], tmp_path: Path) -> None:
-    one_error(cvdiag("grep", str(tmp_path / "missing.log")), 2, "missing.log", "no such file")
+    one_error(
+        cvdiag("grep", str(tmp_path / "missing.log")), 2, "grep:", "missing.log", "no such file"
+    )
     one_error(cvdiag("stats", str(tmp_path)), 2, "is a directory")
     cut = cvdiag("stats", str(logs["cut"]))
     one_error(cut, 2, "cut.log.gz", "ends early")
@@ -302,4 +322,6 @@ def test_an_internal_error_is_one_line_and_exit_3(
     monkeypatch.setattr(cli, "_commands", lambda: {"stats": broken})
     assert cli.main(["stats", str(logs["all"])]) == 3
     err = capsys.readouterr().err
-    assert err == "cvdiag: error: internal error (ZeroDivisionError: a bug); please report it\n"
+    assert err == (
+        "cvdiag: error: stats: internal error (ZeroDivisionError: a bug); please report it\n"
+    )

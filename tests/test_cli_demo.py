@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from cvdiag.demo import FAKE_API_KEY, SCENARIOS
 
 
-def test_the_demo_runs_every_scenario_and_classifies_it() -> None:
+def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:
     # A production-like environment label must not stop the demo's debug tier.
     env = {**os.environ, "SHOWCASE_ENV": "production", "CVDIAG_BACKEND_EMITTER": "0"}
     done = subprocess.run(
@@ -20,6 +21,7 @@ def test_the_demo_runs_every_scenario_and_classifies_it() -> None:
         timeout=60,
         stdin=subprocess.DEVNULL,
         env=env,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     out = done.stdout
@@ -32,7 +34,41 @@ def test_the_demo_runs_every_scenario_and_classifies_it() -> None:
         row = next(line for line in summary if scenario.test_id in line)
         assert row.split()[-1] == scenario.expected
     assert {"healthy", "slow-first-token", "client-abort", "backend-error"} <= shown
-    envelopes = [line for line in out.splitlines() if line.startswith("CVDIAG {")]
+    # stdout is readable: compact lines, no raw envelope; the log holds the envelopes.
+    assert not any(line.startswith("CVDIAG {") for line in out.splitlines())
+    assert any("llm.heartbeat" in line for line in out.splitlines())
+    log = tmp_path / "cvdiag-demo.log"
+    envelopes = log.read_text().splitlines()
+    assert all(line.startswith("CVDIAG {") for line in envelopes)
     assert any('"boundary":"backend.llm.call.heartbeat"' in line for line in envelopes)
     assert any('"boundary":"backend.sse.event"' in line for line in envelopes)
     assert any('"method":"WEBSOCKET"' in line for line in envelopes)
+    assert FAKE_API_KEY not in log.read_text()
+
+
+def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "demo", "--log", "my demo.log"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    suggested = [
+        line.strip()[2:] if line.strip().startswith("$ ") else line.strip()
+        for line in done.stdout.splitlines()
+        if line.strip().startswith(("$ cvdiag ", "cvdiag ls", "cvdiag replay", "cvdiag classify"))
+    ]
+    assert len(suggested) >= 2 * len(SCENARIOS) + 3
+    for command in suggested:
+        run = subprocess.run(
+            f"{sys.executable} -m {command}",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert run.returncode == 0, (command, run.stderr)

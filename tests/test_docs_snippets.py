@@ -81,6 +81,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -311,7 +312,12 @@ class Resources:
         return path.read_bytes()
 
     @functools.cached_property
+    def demo_dir(self) -> Path:
+        return Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+
+    @functools.cached_property
     def demo(self) -> subprocess.CompletedProcess[str]:
+        """The demo, run in a directory of its own: it writes cvdiag-demo.log there."""
         return subprocess.run(
             [sys.executable, "-m", "cvdiag", "demo"],
             capture_output=True,
@@ -319,6 +325,7 @@ class Resources:
             timeout=60,
             stdin=subprocess.DEVNULL,
             env=clean_env(),
+            cwd=self.demo_dir,
         )
 
     @functools.cached_property
@@ -332,6 +339,9 @@ class Resources:
             return self.backend_log
         if name == "broken.log":
             return BROKEN_LOG.encode()
+        if name == "cvdiag-demo.log":  # what `cvdiag demo` wrote: its suggestions read it
+            assert self.demo.returncode == 0, self.demo.stderr
+            return (self.demo_dir / name).read_bytes()
         return None
 
     def provider_env(self) -> dict[str, str]:

@@ -189,3 +189,19 @@ async def test_works_under_anyio(cvdiag_events: CvdiagEvents) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_bad_marker_tier_fails_with_a_clear_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cvdiag(tier="bogus")
+        def test_it(cvdiag_events):
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*@pytest.mark.cvdiag(...): tier 'bogus' is not one of default*"])
+    assert "KeyError" not in result.stdout.str()

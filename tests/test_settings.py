@@ -125,3 +125,74 @@ def test_debug_falls_back_to_the_tier_it_would_have_had() -> None:
     assert Settings.from_env(env).debug_fallback_tier is Tier.DEFAULT
     assert Settings.from_env({**env, "CVDIAG_VERBOSE": "1"}).debug_fallback_tier is Tier.VERBOSE
     assert Settings(tier="debug").debug_fallback_tier is Tier.DEFAULT
+
+
+# --- configuration that speaks (issue 17) ---------------------------------------------------
+
+
+def _stderr_of(code: str, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CVDIAG_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+_TWICE = "from cvdiag import Settings\nSettings.from_env(); Settings.from_env()"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("CVDIAG_BACKEND_EMITTER", "maybe", ("1, true, yes, on", "taken as off")),
+        ("CVDIAG_VERBOSE", "maybe", ("not recognised",)),
+        ("CVDIAG_HEARTBEAT_INTERVAL", "-1", ("positive number", "default 10")),
+        ("CVDIAG_QUEUE_SIZE", "lots", ("positive whole number",)),
+        ("CVDIAG_VERBOS", "1", ("not a cvdiag variable", "CVDIAG_VERBOSE")),
+    ],
+)
+def test_an_unrecognised_value_is_reported_once(
+    name: str, value: str, words: tuple[str, ...]
+) -> None:
+    err = _stderr_of(_TWICE, **{name: value})
+    lines = [line for line in err.splitlines() if name in line]
+    assert len(lines) == 1, err
+    assert all(word in lines[0] for word in words), lines[0]
+
+
+def test_accepted_values_say_nothing() -> None:
+    err = _stderr_of(_TWICE, CVDIAG_VERBOSE="off", CVDIAG_HEARTBEAT_INTERVAL="2.5")
+    assert err == ""
+
+
+def test_emission_on_says_its_tier_and_sinks_on_stderr_only() -> None:
+    code = (
+        "from cvdiag.emitter import get_emitter\n"
+        "get_emitter(); get_emitter()\n"
+        "from cvdiag import configure\nconfigure()\n"
+    )
+    err = _stderr_of(code, CVDIAG_BACKEND_EMITTER="1", CVDIAG_VERBOSE="1")
+    assert err.splitlines() == ["cvdiag: on at the verbose tier, writing to stdout"]
+    assert _stderr_of(code) == ""
+
+
+def test_a_refused_debug_names_the_variables_that_set_the_label() -> None:
+    code = "from cvdiag.emitter import get_emitter\nget_emitter()"
+    err = _stderr_of(code, CVDIAG_BACKEND_EMITTER="1", CVDIAG_DEBUG="1")
+    assert "SHOWCASE_ENV, RAILWAY_ENVIRONMENT_NAME, PYTHON_ENV" in err
+    assert "is unset" in err
+    assert "None" not in err
+
+
+def test_a_bad_tier_names_the_tiers() -> None:
+    with pytest.raises(ValueError, match="default, verbose, debug"):
+        Settings(tier="bogus")

@@ -60,11 +60,6 @@ def _llm_start(m: Meta) -> str:
 
 
 def _llm_heartbeat(m: Meta) -> str:
-    if m.get("first_token_delta_ms") is not None:
-        return (
-            f"streaming after {ms(m.get('elapsed_ms_since_start'))}"
-            f" (first token at {ms(m.get('first_token_delta_ms'))})"
-        )
     return f"still waiting after {ms(m.get('elapsed_ms_since_start'))}"
 
 
@@ -73,7 +68,7 @@ def _llm_response(m: Meta) -> str:
     tokens = m.get("response_token_count")
     line += f" tokens={'?' if tokens is None else text(tokens, 12)}"
     line += f" latency={ms(m.get('latency_ms'))}"
-    if m.get("first_token_delta_ms") is not None:
+    if m.get("first_token_delta_ms") is not None:  # time to first token (an additive key)
         line += f" first_token={ms(m.get('first_token_delta_ms'))}"
     if m.get("error_class"):
         line += f" error={text(m.get('error_class'), 40)}"
@@ -93,7 +88,7 @@ def _sse_event(m: Meta) -> str:
 
 def _aborted(m: Meta) -> str:
     kind = text(m.get("termination_kind"), 32)
-    if m.get("termination_cause") is not None:
+    if m.get("termination_cause") is not None:  # the finer cause (an additive key)
         kind += f"/{text(m.get('termination_cause'), 32)}"
     return f"{kind} after {text(m.get('bytes_before_abort'), 16)} bytes"
 

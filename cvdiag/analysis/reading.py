@@ -4,12 +4,14 @@ A log is mostly other text, so lines are found with a bytes search over large bl
 id when there is one, else the ``CVDIAG {`` marker) and only the lines that contain it are
 decoded and parsed. Memory is one block per input plus what the caller keeps.
 
-**Which lines are envelopes.** A line holds an envelope when ``CVDIAG {`` stands at its start,
-or right after a space, a tab, a ``|`` or an ANSI colour code: the prefixes log collectors add
-(``web-1  | CVDIAG {``, ``2026-11-22T03:00:00.0000000Z CVDIAG {``) are skipped, while a line
-that merely quotes ``CVDIAG {`` inside other text (``"msg":"CVDIAG {``) is not an envelope. The
-first such occurrence counts; the rest of the line, trailing whitespace aside, must be one JSON
-object.
+**Which lines are envelopes.** A line holds an envelope when ``CVDIAG {`` starts it, or follows
+one of the prefixes log collectors add, and nothing else: a docker compose service label
+(``web-1  | ``, coloured or not), an RFC 3339 timestamp (``docker logs -t``, ``kubectl logs
+--timestamps``, CI runners), or a Kubernetes CRI line head (``<timestamp> stdout F ``), in that
+order, each optional. The rest of the line, trailing whitespace aside, must be one JSON object.
+A ``CVDIAG {`` anywhere else in a line (glued after a host's own text, quoted in another log
+record, forged inside a client-supplied string) is never read as an envelope and never dropped
+silently: it is reported to the caller as *set aside*.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import heapq
 import io
 import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,7 +41,21 @@ BLOCK: Final = 1 << 20
 #: most 16 KiB, and a line without an end must not make the reader hold the whole input.
 MAX_LINE: Final = 1 << 20
 
-_PREFIXED: Final = re.compile(rb"(?:[ \t|]|\x1b\[[0-9;]*m)CVDIAG \{")
+_ANSI: Final = rb"(?:\x1b\[[0-9;]*m)*"
+_STAMP: Final = rb"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:[Zz]|[+-]\d\d:?\d\d)?"
+#: The recognised collector prefixes (see the module docstring), anchored at the line's start.
+_COLLECTOR: Final = re.compile(
+    _ANSI
+    + rb"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,127}[ \t]*"
+    + _ANSI
+    + rb"\|[ \t]?)?"
+    + _ANSI
+    + rb"(?:"
+    + _STAMP
+    + rb"(?: (?:stdout|stderr) [FP])? )?"
+    + _ANSI
+    + rb"CVDIAG \{"
+)
 _CANONICAL_TS: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
@@ -48,14 +65,24 @@ class InputError(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Malformed:
-    """A line that looks like an envelope but is not one."""
+    """A line that looks like an envelope but is not one, or holds one where none may stand."""
 
     source: str
     lineno: int
     reason: str
+    #: ``CVDIAG {`` after other text: not malformed, but not read either (see the docstring).
+    set_aside: bool = False
+    #: ``lineno`` is a byte offset (an input read without line numbers).
+    offset: bool = False
+
+    @property
+    def where(self) -> str:
+        return (
+            f"{self.source} byte {self.lineno}" if self.offset else f"{self.source}:{self.lineno}"
+        )
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.lineno}: {self.reason}"
+        return f"{self.where}: {self.reason}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,6 +153,11 @@ class Input:
         self.name = "<stdin>" if name == STDIN else name
         self._raw = stream
         self.stream: IO[bytes] = stream
+        #: Called with the bytes read so far (of the file itself: compressed for gzip).
+        self.on_read: Callable[[int], None] | None = None
+        #: Whether positions are line numbers (else byte offsets: see ``candidate_lines``).
+        self.numbered = True
+        self.position = 0
         head = _peek(stream, 2)
         if head == b"\x1f\x8b":
             self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
@@ -144,7 +176,24 @@ class Input:
             data: bytes = read1(size) if read1 is not None else self.stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"cannot read {self.name}: {_reason(exc)}") from None
+        if self.on_read is not None:
+            self.position = (
+                self._raw.tell() if self.stream is not self._raw else (self.position + len(data))
+            )
+            self.on_read(self.position)
         return data
+
+    def size(self) -> int | None:
+        """The file's size in bytes, or None for a pipe."""
+        try:
+            info = os.fstat(self._raw.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+        return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
+
+
+def _is_fifo(mode: int) -> bool:
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
 def _stdin() -> IO[bytes]:
@@ -190,6 +239,22 @@ class Inputs:
         for item in self.inputs:
             item.close()
 
+    def watch(self, on_progress: Callable[[int, int | None], None]) -> None:
+        """Report ``(bytes read, total size or None)`` over all inputs, as they are read."""
+        sizes = [item.size() for item in self.inputs]
+        total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
+        done = [0] * len(self.inputs)
+
+        def make(index: int) -> Callable[[int], None]:
+            def seen(position: int) -> None:
+                done[index] = position
+                on_progress(sum(done), total)
+
+            return seen
+
+        for index, item in enumerate(self.inputs):
+            item.on_read = make(index)
+
     def __enter__(self) -> list[Input]:
         return self.inputs
 
@@ -220,18 +285,26 @@ def _open(name: str) -> Input:
 
 
 def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes | None]]:
-    """``(line number, line)`` for each line containing ``needle``, without its newline.
+    """``(position, line)`` for each line containing ``needle``, without its newline.
 
+    The position is the line's number, or, when the input is not ``numbered``, the byte offset
+    of its start: counting newlines is half the cost of a search for a rare test id, and
+    ``grep``, ``stats`` and ``ls`` never show where an envelope was.
     ``None`` stands for a line over ``MAX_LINE`` bytes that holds the marker: it is skipped.
-    Whole blocks are searched with ``bytes.find`` and newlines counted with ``bytes.count``, so
-    lines without the needle cost no Python-level work at all.
+    Whole blocks are searched with ``bytes.find`` (and newlines counted with ``bytes.count``),
+    so lines without the needle cost no Python-level work at all.
     """
+    numbered = source.numbered
     lineno = 1  # the number of the line that starts at buf[0]
+    base = 0  # the byte offset of buf[0]
+    consumed = 0  # bytes read so far
     buf = b""
     skipping = False  # inside an overlong line: drop bytes until its end
     final = False
     while not final:
         data = source.read(BLOCK)
+        data_start = consumed
+        consumed += len(data)
         if not data:
             if skipping or not buf:
                 return
@@ -244,13 +317,17 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
             skipping = False
             lineno += 1
             buf = data[end + 1 :]
+            base = data_start + end + 1
+        elif buf:
+            buf += data
         else:
-            buf = buf + data if buf else data
+            buf = data
+            base = data_start
         cut = buf.rfind(b"\n") + 1
         if cut == 0:
             if len(buf) > MAX_LINE:
                 if MARKER in buf:
-                    yield lineno, None
+                    yield (lineno if numbered else base), None
                 buf = b""
                 skipping = True
             continue
@@ -259,27 +336,38 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
         while pos >= 0:
             start = buf.rfind(b"\n", 0, pos) + 1
             end = buf.find(b"\n", pos, cut)
-            lineno += buf.count(b"\n", counted, start)
-            counted = start
+            if numbered:
+                lineno += buf.count(b"\n", counted, start)
+                counted = start
+            where = lineno if numbered else base + start
             if end - start <= MAX_LINE:
-                yield lineno, buf[start:end]
+                yield where, buf[start:end]
             elif MARKER in buf[start:end]:
-                yield lineno, None
+                yield where, None
             pos = buf.find(needle, end + 1, cut)
-        lineno += buf.count(b"\n", counted, cut)
+        if numbered:
+            lineno += buf.count(b"\n", counted, cut)
+        base += cut
         buf = buf[cut:]
+
+
+SET_ASIDE: Final = "CVDIAG { after other text (not a recognised log-collector prefix): set aside"
+
+
+def split_envelope(line: bytes) -> tuple[bytes | None, bool]:
+    """``(JSON part, set aside)`` of a line: the envelope's JSON when the line holds one where
+    an envelope may stand, else None, with ``True`` when ``CVDIAG {`` stood anywhere else."""
+    if line.startswith(MARKER):
+        return line[len(MARKER) - 1 :].rstrip(), False
+    found = _COLLECTOR.match(line)
+    if found is None:
+        return None, MARKER in line
+    return line[found.end() - 1 :].rstrip(), False
 
 
 def envelope_text(line: bytes) -> bytes | None:
     """The JSON part of an envelope line (see the module docstring for the rule), or None."""
-    if line.startswith(MARKER):
-        start = 0
-    else:
-        found = _PREFIXED.search(line)
-        if found is None:
-            return None
-        start = found.end() - len(MARKER)
-    return line[start + len(MARKER) - 1 :].rstrip()
+    return split_envelope(line)[0]
 
 
 def parsed_lines(
@@ -291,17 +379,21 @@ def parsed_lines(
     """
     name = source.name
     loads = orjson.loads
+    offset = not source.numbered
     for lineno, line in candidate_lines(source, needle):
         if line is None:
-            on_malformed(Malformed(name, lineno, f"line longer than {MAX_LINE} bytes, skipped"))
+            too_long = f"line longer than {MAX_LINE} bytes, skipped"
+            on_malformed(Malformed(name, lineno, too_long, offset=offset))
             continue
-        text = envelope_text(line)
+        text, aside = split_envelope(line)
         if text is None:
+            if aside:
+                on_malformed(Malformed(name, lineno, SET_ASIDE, set_aside=True, offset=offset))
             continue
         try:
             value = loads(text)
         except orjson.JSONDecodeError as exc:
-            on_malformed(Malformed(name, lineno, f"invalid JSON: {exc}"))
+            on_malformed(Malformed(name, lineno, f"invalid JSON: {exc}", offset=offset))
             continue
         yield lineno, text, value
 
@@ -356,11 +448,19 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
+def _ids(test_id: str | Iterable[str] | None) -> frozenset[str] | None:
+    if test_id is None:
+        return None
+    return frozenset([test_id] if isinstance(test_id, str) else test_id) or None
+
+
 def records(
-    source: Input, on_malformed: OnMalformed, *, test_id: str | None = None
+    source: Input, on_malformed: OnMalformed, *, test_id: str | Iterable[str] | None = None
 ) -> Iterator[Record]:
-    """The envelopes of one input in file order; only ``test_id``'s when given."""
-    needle = test_id.encode() if test_id is not None else MARKER
+    """The envelopes of one input in file order; only those of ``test_id`` (one id, or any of
+    several) when given. One id is searched for as bytes, so other lines cost nearly nothing."""
+    ids = _ids(test_id)
+    needle = next(iter(ids)).encode() if ids is not None and len(ids) == 1 else MARKER
     name = source.name
     for lineno, text, value in parsed_lines(source, on_malformed, needle=needle):
         problem = shape_problem(value)
@@ -369,15 +469,18 @@ def records(
             if key is None:
                 problem = f"field 'ts' is not an ISO-8601 date-time: {value['ts'][:40]!r}"
         if problem is not None:
-            on_malformed(Malformed(name, lineno, problem))
+            on_malformed(Malformed(name, lineno, problem, offset=not source.numbered))
             continue
-        if test_id is not None and value["test_id"] != test_id:
+        if ids is not None and value["test_id"] not in ids:
             continue
         yield Record(name, lineno, text, value, (key, value["mono_ns"]))  # type: ignore[arg-type]
 
 
 def merged(
-    sources: Iterable[Input], on_malformed: OnMalformed, *, test_id: str | None = None
+    sources: Iterable[Input],
+    on_malformed: OnMalformed,
+    *,
+    test_id: str | Iterable[str] | None = None,
 ) -> Iterator[Record]:
     """The envelopes of all inputs, merged by time (ts, then mono_ns).
 

@@ -17,13 +17,15 @@ from cvdiag.cli.output import Failure, UsageError, error, silence_stdout
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from cvdiag.cli import commands
+    from cvdiag.cli import commands, listing, tail
     from cvdiag.cli.demo import demo
 
     return {
         "grep": commands.grep,
         "replay": commands.replay,
         "classify": commands.classify,
+        "ls": listing.ls,
+        "tail": tail.tail,
         "stats": commands.stats,
         "validate": commands.validate_command,
         "demo": demo,
@@ -31,11 +33,13 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; return its exit code."""
+    """Run one command; return its exit code. Every error line names the command."""
     from cvdiag.cli.arguments import parse
 
+    command = ""
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
+        command = f"{args.command}: "
         return _commands()[args.command](args)
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else output.OK
@@ -43,10 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(exc))
         return output.USAGE
     except InputError as exc:
-        error(str(exc))
+        error(f"{command}{exc}")
         return output.USAGE
     except Failure as exc:
-        error(str(exc))
+        message = str(exc)
+        error(message if message.startswith(command) else f"{command}{message}")
         return exc.code
     except BrokenPipeError:  # the reader went away (cvdiag grep ... | head): not an error
         silence_stdout()
@@ -54,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return output.INTERRUPTED
     except Exception as exc:
-        error(f"internal error ({type(exc).__name__}: {exc}); please report it")
+        error(f"{command}internal error ({type(exc).__name__}: {exc}); please report it")
         return output.INTERNAL
 
 

@@ -25,13 +25,32 @@ from cvdiag.analysis.reading import (
     records,
 )
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
+from cvdiag.cli.style import Progress, class_color
 
 #: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
 INVALID_SHOWN = 100
 
 
 def _output(args: argparse.Namespace) -> Output:
-    return Output(live=STDIN in args.files)
+    return Output(live=STDIN in args.files, color=args.color)
+
+
+def _opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
+    """The inputs, with progress on stderr for a long read (when stderr is a terminal).
+    ``numbered=False``: positions are byte offsets (faster), for commands that show none."""
+    inputs = Inputs(args.files)
+    for item in inputs.inputs:
+        item.numbered = numbered
+    progress = Progress(args.command, None)
+    if progress.enabled:
+        inputs.watch(lambda done, total: _progress(progress, done, total))
+    args.progress = progress
+    return inputs
+
+
+def _progress(progress: Progress, done: int, total: int | None) -> None:
+    progress.total = total
+    progress.update(done)
 
 
 def _names(args: argparse.Namespace) -> str:
@@ -48,7 +67,8 @@ def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
     globs = [p for p in patterns if p not in exact]
     since = format_key(args.since) if args.since else None
     until = format_key(args.until) if args.until else None
-    slug, outcome = args.slug, args.outcome
+    slugs = frozenset(args.slug) if args.slug else None
+    outcomes = frozenset(args.outcome) if args.outcome else None
 
     def match(record: Record) -> bool:
         env = record.envelope
@@ -56,9 +76,9 @@ def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
             name = env["boundary"]
             if name not in exact and not any(fnmatch.fnmatchcase(name, g) for g in globs):
                 return False
-        if slug is not None and env["slug"] != slug:
+        if slugs is not None and env["slug"].lower() not in slugs:
             return False
-        if outcome is not None and env["outcome"] != outcome:
+        if outcomes is not None and env["outcome"].lower() not in outcomes:
             return False
         if since is not None and record.key[0] < since:
             return False
@@ -69,11 +89,11 @@ def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
 
 def grep(args: argparse.Namespace) -> int:
     """Matching envelopes as ``CVDIAG {json}`` lines (re-readable by every command) or an array."""
-    out, malformed = _output(args), Malformations()
+    out, malformed = _output(args), Malformations("grep")
     match = _matcher(args)
     found = 0
-    with Inputs(args.files) as inputs:
-        for record in merged(inputs, malformed, test_id=args.test_id):
+    with _opened(args, numbered=False) as inputs:
+        for record in merged(inputs, malformed, test_id=args.test_ids):
             if not match(record):
                 continue
             if args.json:
@@ -84,6 +104,7 @@ def grep(args: argparse.Namespace) -> int:
     if args.json:
         out.write(b"\n]\n" if found else b"[]\n")
     out.flush()
+    args.progress.done()
     malformed.finish()
     return OK if found else NOTHING
 
@@ -92,8 +113,9 @@ def grep(args: argparse.Namespace) -> int:
 
 
 def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Record]:
-    with Inputs(args.files) as inputs:
+    with _opened(args) as inputs:
         found = list(merged(inputs, malformed, test_id=args.test_id))
+    args.progress.done()
     malformed.finish()
     if not found:
         raise Failure(f"no envelope with test id {args.test_id} in {_names(args)}")
@@ -101,26 +123,36 @@ def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Re
 
 
 def replay(args: argparse.Namespace) -> int:
-    found = _test_records(args, Malformations())
+    found = _test_records(args, Malformations("replay"))
     line = timeline.build(args.test_id, found)
-    out = Output()
+    out = Output(color=args.color)
     if args.json:
         out.write(orjson.dumps(timeline.to_json(line), option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        out.lines(timeline.render(line))
+        rows = timeline.render(line)
+        styles: list[tuple[str, ...]] = [("bold",), ()]
+        styles += [("red",) if _failed_row(row) else () for row in rows[2:]]
+        out.human(rows, styles)
     out.flush()
     return OK
 
 
+def _failed_row(row: str) -> bool:
+    return "  err  " in row or "  timeout  " in row or "backend.sse.aborted" in row
+
+
 def classify(args: argparse.Namespace) -> int:
-    found = _test_records(args, Malformations())
+    found = _test_records(args, Malformations("classify"))
     facts = classifying.gather(args.test_id, found)
     verdict = classifying.classify(facts, first_token_timeout=args.first_token_timeout)
-    out = Output()
+    out = Output(color=args.color)
     if args.json:
         out.write(orjson.dumps(verdict.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        out.lines(render_verdict(verdict))
+        lines = render_verdict(verdict)
+        styles = [(), class_color(verdict.flap_class)]
+        styles += [("yellow",) if row.startswith("caveat") else () for row in lines[2:]]
+        out.human(lines, styles)
     out.flush()
     return OK
 
@@ -133,6 +165,8 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
         f"class     {verdict.flap_class}",
         f"reason    {verdict.reason}",
     ]
+    if verdict.caveat:
+        lines.append(f"caveat    {verdict.caveat}")
     if envelopes:
         width = max(len(e["boundary"]) for e in envelopes)
         lines.append("evidence")
@@ -175,20 +209,22 @@ def _fact(value: object) -> str:
 
 
 def stats(args: argparse.Namespace) -> int:
-    malformed = Malformations()
+    malformed = Malformations("stats")
     report = statistics.Stats(by_class=args.by_class)
-    with Inputs(args.files) as inputs:
+    with _opened(args, numbered=False) as inputs:
         # Figures do not depend on order: the inputs are read one after another, not merged.
         report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
+    args.progress.done()
     malformed.finish()
     if not report.overall.envelopes:
         raise Failure(f"no CVDIAG envelope in {_names(args)}")
     data = report.to_json(malformed=malformed.count, first_token_timeout=args.first_token_timeout)
-    out = Output()
+    data["set_aside_lines"] = malformed.set_aside
+    out = Output(color=args.color)
     if args.json:
         out.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        out.lines(statistics.render(data))
+        out.human(statistics.render(data))
     out.flush()
     return OK
 
@@ -204,15 +240,20 @@ class _Tally:
         self.envelopes = 0
         self.invalid = 0
         self.malformed = 0
+        self.set_aside = 0
         self.rules: dict[str, int] = {}
 
     def report(self, where: str, message: str) -> None:
-        if self.invalid + self.malformed <= INVALID_SHOWN:
-            self.out.line(f"{where}: {message}")
+        if self.invalid + self.malformed + self.set_aside <= INVALID_SHOWN:
+            self.out.human([f"{where}: {message}"])
 
     def on_malformed(self, problem: Malformed) -> None:
+        if problem.set_aside:
+            self.set_aside += 1
+            self.report(problem.where, problem.reason)
+            return
         self.malformed += 1
-        self.report(f"{problem.source}:{problem.lineno}", f"malformed: {problem.reason}")
+        self.report(problem.where, f"malformed: {problem.reason}")
 
     def check(self, source: Input, lineno: int, text: bytes, value: object) -> None:
         self.envelopes += 1
@@ -231,21 +272,23 @@ class _Tally:
 def validate_command(args: argparse.Namespace) -> int:
     out = _output(args)
     tally = _Tally(out)
-    with Inputs(args.files) as inputs:
+    with _opened(args) as inputs:
         for source in inputs:
             for lineno, text, value in parsed_lines(source, tally.on_malformed):
                 tally.check(source, lineno, text, value)
-    bad = tally.invalid + tally.malformed
-    if bad > INVALID_SHOWN:
-        out.line(f"… {bad - INVALID_SHOWN} more not shown")
+    args.progress.done()
+    shown = tally.invalid + tally.malformed + tally.set_aside
+    if shown > INVALID_SHOWN:
+        out.line(f"… {shown - INVALID_SHOWN} more not shown")
     rules = ", ".join(f"{rule} {n}" for rule, n in sorted(tally.rules.items()))
     out.line(
         f"{tally.envelopes} envelopes: {tally.envelopes - tally.invalid} valid,"
         f" {tally.invalid} invalid"
         + (f" ({rules})" if rules else "")
-        + f"; {tally.malformed} malformed lines"
+        + f"; {tally.malformed} malformed lines; {tally.set_aside} lines set aside"
     )
     out.flush()
-    if not tally.envelopes and not tally.malformed:
+    if not tally.envelopes and not tally.malformed and not tally.set_aside:
         raise Failure(f"no CVDIAG envelope in {_names(args)}")
+    bad = tally.invalid + tally.malformed + (tally.set_aside if args.strict else 0)
     return NOTHING if bad else OK

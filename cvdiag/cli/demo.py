@@ -11,7 +11,7 @@ def demo(args: argparse.Namespace) -> int:
     from cvdiag.demo import DemoFailed, DemoUnavailable, run
 
     try:
-        return run()
+        return run(log=args.log)
     except DemoUnavailable as exc:
         raise Failure(f"demo: {exc}", USAGE) from None
     except DemoFailed as exc:

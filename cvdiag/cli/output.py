@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import IO, Final
 
 from cvdiag.analysis.reading import Malformed
+from cvdiag.cli.style import Style, safe, use_color
 
 #: The documented exit codes (docs/cli.md).
 OK: Final = 0
@@ -36,8 +38,9 @@ def error(message: str) -> None:
 
 
 def say(message: str) -> None:
-    """One line on stderr, prefixed ``cvdiag: ``; a closed stderr is ignored."""
-    text = " ".join(message.split())
+    """One line on stderr, prefixed ``cvdiag: ``; a closed stderr is ignored. The message may
+    quote a log (a file name, a value): it is escaped like every human line."""
+    text = safe(" ".join(message.split()))
     try:
         sys.stderr.write(f"cvdiag: {text}\n")
         sys.stderr.flush()
@@ -46,13 +49,19 @@ def say(message: str) -> None:
 
 
 class Malformations:
-    """Receives malformed lines: the first few are reported on stderr, all are counted."""
+    """Receives malformed lines and lines set aside: the first few malformed lines are reported
+    on stderr, all are counted, and ``finish`` says how many lines were set aside."""
 
-    def __init__(self, shown: int = MALFORMED_SHOWN) -> None:
+    def __init__(self, command: str = "", shown: int = MALFORMED_SHOWN) -> None:
         self.count = 0
+        self.set_aside = 0
         self.shown = shown
+        self.command = command
 
     def __call__(self, problem: Malformed) -> None:
+        if problem.set_aside:
+            self.set_aside += 1
+            return
         self.count += 1
         if self.count <= self.shown:
             say(f"warning: {problem}; skipped")
@@ -60,18 +69,29 @@ class Malformations:
     def finish(self) -> None:
         if self.count > self.shown:
             say(f"warning: {self.count - self.shown} more malformed lines skipped (not shown)")
+        if self.set_aside:
+            where = f"{self.command}: " if self.command else ""
+            say(
+                f"warning: {where}{self.set_aside} line(s) hold CVDIAG {{ after other text, not"
+                " after a recognised log-collector prefix: set aside, not read"
+                " ('cvdiag validate' lists them)"
+            )
 
 
 class Output:
     """stdout as bytes: envelope lines are written as read, without decoding them.
 
     ``live`` flushes after every write, for a reader following a pipe (``tail -f | cvdiag``).
+    Human lines go through ``human``: escaped, then coloured when ``color`` allows it.
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, live: bool = False) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, live: bool = False, color: str = "never"
+    ) -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.binary: IO[bytes] | None = getattr(self.stream, "buffer", None)
         self.live = live
+        self.style = Style(use_color(color, self.stream))
 
     def write(self, data: bytes) -> None:
         if self.binary is not None:
@@ -86,6 +106,14 @@ class Output:
 
     def lines(self, texts: list[str]) -> None:
         self.write("".join(f"{t}\n" for t in texts).encode("utf-8", "replace"))
+
+    def human(self, texts: Sequence[str], styles: Sequence[Sequence[str]] = ()) -> None:
+        """Lines that may quote a log: escaped, then each coloured with its style (if any)."""
+        out = []
+        for i, text in enumerate(texts):
+            line = safe(text)
+            out.append(self.style(line, *styles[i]) if i < len(styles) else line)
+        self.lines(out)
 
     def flush(self) -> None:
         if self.binary is not None:

@@ -1,0 +1,367 @@
+"""The facts of one test id, gathered envelope by envelope into a small summary.
+
+``cvdiag stats --by-class`` classifies every test id of a large log, so nothing here holds a test
+id's envelopes: only counts, a few references per kind of evidence, and one ``Call`` per LLM
+call. Envelopes are taken in time order (the reader merges inputs by ``ts`` then ``mono_ns``);
+what an LLM call had done *by the time the request ended* is read off that order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, Final
+
+from cvdiag.analysis.describe import describe, edge_headers, number
+from cvdiag.analysis.reading import Record
+from cvdiag.analysis.vocabulary import (
+    CLIENT_EXCEPTIONS,
+    CUT,
+    OK,
+    Termination,
+    error_kind,
+    is_content_event,
+    is_error_event,
+    termination,
+)
+from cvdiag.schema import BOUNDARY_TIER, Tier
+
+#: ``cf-mitigated`` values Cloudflare sets when it challenged or blocked the request.
+MITIGATIONS: Final = frozenset({"challenge", "jschallenge", "block"})
+#: ``via`` values that name a proxy between the edge and the backend.
+PROXIES: Final = ("squid", "varnish", "nginx-proxy", "unknown-proxy")
+#: Envelopes kept per kind of evidence: enough to show, small enough to keep for every test id.
+KEEP: Final = 8
+
+INGRESS: Final = "backend.request.ingress"
+COMPLETE: Final = "backend.response.complete"
+Key = tuple[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ref:
+    """An envelope the evidence rests on, reduced to what is shown."""
+
+    boundary: str
+    outcome: str
+    key: Key
+    where: str
+    summary: str
+
+    @classmethod
+    def of(cls, record: Record) -> Ref:
+        env = record.envelope
+        return cls(env["boundary"], env["outcome"], record.key, record.where, describe(env))
+
+
+@dataclasses.dataclass(slots=True)
+class Call:
+    """One LLM call: its start, heartbeats and response, joined on the start's span id."""
+
+    span_id: str
+    start: Ref | None = None
+    provider: str | None = None
+    model: str | None = None
+    response: Ref | None = None
+    outcome: str | None = None
+    error_class: str | None = None
+    latency_ms: float | None = None
+    tokens: float | None = None
+    #: ``first_token_delta_ms`` of the response: from the call's start to its first chunk.
+    first_token_ms: float | None = None
+    heartbeats: int = 0
+    max_elapsed_ms: float | None = None
+    last_heartbeat: Ref | None = None
+    #: The first sign, in the stream, that tokens were flowing while the call was open: a
+    #: content event (debug tier), or the stream's first byte after the call started.
+    flow_content: Ref | None = None
+    flow_byte: Ref | None = None
+    #: The longest heartbeat wait written before each of those signs.
+    waiting_content_ms: float | None = None
+    waiting_byte_ms: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider or '?'}/{self.model or '?'}"
+
+    @property
+    def kind(self) -> str:
+        """``vocabulary.error_kind`` of the response (``None`` while unanswered)."""
+        return error_kind(self.error_class, self.outcome)
+
+    @property
+    def cut(self) -> bool:
+        """Answered, but by a timeout or a cancellation rather than the provider."""
+        return self.response is not None and self.kind == CUT
+
+    @property
+    def ok(self) -> bool:
+        return self.response is not None and self.outcome == "ok" and not self.error_class
+
+    @property
+    def open(self) -> bool:
+        return self.response is None
+
+    def refs(self) -> list[Ref]:
+        return [r for r in (self.start, self.last_heartbeat, self.response) if r is not None]
+
+    def flow(self, tier: Tier) -> Ref | None:
+        """The first sign of this call's tokens in the stream. With events in the log (the
+        debug tier) only a content event counts: a first byte may be a lifecycle event or a
+        keep-alive. Without them, the first byte after the call started is the best sign."""
+        if tier >= Tier.DEBUG:
+            return self.flow_content
+        return self.flow_byte or self.flow_content
+
+    def waited_ms(self, tier: Tier) -> float | None:
+        """The longest heartbeat wait before the first sign of tokens (see ``flow``)."""
+        return self.waiting_content_ms if tier >= Tier.DEBUG else self.waiting_byte_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "span_id": self.span_id,
+            "provider": self.provider,
+            "model": self.model,
+            "answered": self.response is not None,
+            "outcome": self.outcome,
+            "error_class": self.error_class,
+            "latency_ms": self.latency_ms,
+            "first_token_ms": self.first_token_ms,
+            "response_token_count": self.tokens,
+            "heartbeats": self.heartbeats,
+            "max_elapsed_ms": self.max_elapsed_ms,
+        }
+
+
+@dataclasses.dataclass(slots=True)
+class Completion:
+    ref: Ref
+    outcome: str
+    status: float | None
+    events: float | None
+
+    @property
+    def bad(self) -> bool:
+        return self.outcome != "ok" or (self.status is not None and self.status >= 400)
+
+
+@dataclasses.dataclass(slots=True)
+class Abort:
+    termination: Termination
+    ref: Ref
+    bytes_before: float | None
+
+
+@dataclasses.dataclass(slots=True)
+class Facts:
+    """What the classes are decided on, gathered one envelope at a time."""
+
+    test_id: str
+    count: int = 0
+    first: Key | None = None
+    last: Key | None = None
+    ingresses: int = 0
+    #: The highest tier any of the test id's envelopes needs: what the log can show.
+    tier: Tier = Tier.DEFAULT
+    bad_outcome: Ref | None = None
+    mitigations: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    proxies: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    retry_after: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    rays: dict[str, Ref] = dataclasses.field(default_factory=dict)
+    errors: int = 0
+    error_refs: list[tuple[dict[str, Any], Ref]] = dataclasses.field(default_factory=list)
+    #: Caught exceptions that only say the client left (older logs): not application errors.
+    client_errors: int = 0
+    calls: dict[str, Call] = dataclasses.field(default_factory=dict)
+    first_byte: tuple[float | None, Ref] | None = None
+    first_ingress: Ref | None = None
+    #: The first event carrying model output, and the ingress it followed.
+    first_content: tuple[Ref, Ref | None] | None = None
+    error_events: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    error_event_count: int = 0
+    completion_count: int = 0
+    first_completion: Completion | None = None
+    last_completion: Completion | None = None
+    #: The first completion with an outcome other than ok, one with HTTP ≥ 400, one with no event.
+    failed: Completion | None = None
+    failed_count: int = 0
+    error_status: Completion | None = None
+    silent: Completion | None = None
+    aborts: list[Abort] = dataclasses.field(default_factory=list)
+    abort_count: int = 0
+    _last_ingress: Ref | None = None
+
+    def add(self, record: Record) -> None:
+        env = record.envelope
+        boundary = env["boundary"]
+        meta = env["metadata"]
+        self.count += 1
+        if self.first is None or record.key < self.first:
+            self.first = record.key
+        if self.last is None or record.key > self.last:
+            self.last = record.key
+        tier = BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
+        if tier > self.tier:
+            self.tier = tier
+        if env["outcome"] in ("err", "timeout") and self.bad_outcome is None:
+            self.bad_outcome = Ref.of(record)
+        edges = edge_headers(env)
+        if edges:
+            self._add_edges(record, boundary, edges)
+        if boundary == "backend.sse.event":
+            self._add_event(record, meta)
+        elif boundary == COMPLETE:
+            self._add_completion(record, env["outcome"], meta)
+        elif boundary == INGRESS:
+            self.ingresses += 1
+            self._last_ingress = Ref.of(record)
+            self.first_ingress = self.first_ingress or self._last_ingress
+        elif boundary == "backend.error.caught":
+            self._add_error(record, meta)
+        elif boundary.startswith("backend.llm.call."):
+            self._add_call(record, boundary, meta)
+        elif boundary == "backend.sse.first_byte":
+            ref = Ref.of(record)
+            if self.first_byte is None:
+                self.first_byte = (number(meta.get("delta_ms_from_ingress")), ref)
+            self._flowing(ref, content=False)
+        elif boundary == "backend.sse.aborted":
+            self.abort_count += 1
+            if len(self.aborts) < KEEP:
+                size = number(meta.get("bytes_before_abort"))
+                self.aborts.append(Abort(termination(meta), Ref.of(record), size))
+
+    def _flowing(self, ref: Ref, *, content: bool) -> None:
+        """Bytes or model output reached the client: every call still open was flowing."""
+        for call in self.calls.values():
+            if not call.open or call.start is None:
+                continue
+            if content and call.flow_content is None:
+                call.flow_content = ref
+            if call.flow_byte is None:
+                call.flow_byte = ref
+
+    def _add_event(self, record: Record, meta: dict[str, Any]) -> None:
+        kind = meta.get("event_type")
+        if not isinstance(kind, str):
+            return
+        if is_error_event(kind):
+            self.error_event_count += 1
+            if len(self.error_events) < KEEP:
+                self.error_events.append((kind, Ref.of(record)))
+        elif is_content_event(kind):
+            ref = Ref.of(record)
+            if self.first_content is None:
+                self.first_content = (ref, self._last_ingress)
+            self._flowing(ref, content=True)
+
+    def _add_error(self, record: Record, meta: dict[str, Any]) -> None:
+        if meta.get("exception_type") in CLIENT_EXCEPTIONS:
+            self.client_errors += 1
+            return
+        self.errors += 1
+        if len(self.error_refs) < KEEP:
+            self.error_refs.append((meta, Ref.of(record)))
+
+    def _add_completion(self, record: Record, outcome: str, meta: dict[str, Any]) -> None:
+        done = Completion(
+            Ref.of(record),
+            outcome,
+            number(meta.get("http_status")),
+            number(meta.get("sse_event_count")),
+        )
+        self.completion_count += 1
+        self.first_completion = self.first_completion or done
+        self.last_completion = done
+        if outcome != "ok":
+            self.failed_count += 1
+            self.failed = self.failed or done
+        if done.status is not None and done.status >= 400:
+            self.error_status = self.error_status or done
+        if done.events == 0:
+            self.silent = self.silent or done
+
+    def _add_edges(self, record: Record, boundary: str, edges: dict[str, str]) -> None:
+        mitigated = edges.get("cf-mitigated", "").strip().lower()
+        if mitigated in MITIGATIONS and len(self.mitigations) < KEEP:
+            self.mitigations.append((mitigated, Ref.of(record)))
+        via = edges.get("via", "").lower()
+        if any(proxy in via for proxy in PROXIES) and len(self.proxies) < KEEP:
+            self.proxies.append((edges["via"], Ref.of(record)))
+        if "retry-after" in edges and len(self.retry_after) < KEEP:
+            self.retry_after.append((edges["retry-after"], Ref.of(record)))
+        ray = edges.get("cf-ray")
+        if ray and boundary in (INGRESS, COMPLETE) and len(self.rays) < KEEP:
+            self.rays.setdefault(ray, Ref.of(record))
+
+    def _add_call(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
+        env = record.envelope
+        # A start is its call's span; heartbeats and the response hang under it.
+        span = env["span_id"] if boundary.endswith(".start") else env.get("parent_span_id")
+        span = span or env["span_id"]
+        call = self.calls.get(span)
+        if call is None:
+            call = self.calls[span] = Call(span)
+        if boundary.endswith(".start"):
+            call.start = Ref.of(record)
+            call.provider = _string(meta.get("provider")) or call.provider
+            call.model = _string(meta.get("model")) or call.model
+        elif boundary.endswith(".heartbeat"):
+            call.heartbeats += 1
+            call.last_heartbeat = Ref.of(record)
+            elapsed = number(meta.get("elapsed_ms_since_start"))
+            if elapsed is not None:
+                call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
+                if call.flow_content is None:
+                    call.waiting_content_ms = max(elapsed, call.waiting_content_ms or 0.0)
+                if call.flow_byte is None:
+                    call.waiting_byte_ms = max(elapsed, call.waiting_byte_ms or 0.0)
+        elif boundary.endswith(".response"):
+            call.response = Ref.of(record)
+            call.outcome = env["outcome"]
+            call.provider = call.provider or _string(meta.get("provider"))
+            call.model = call.model or _string(meta.get("model"))
+            call.error_class = _string(meta.get("error_class"))
+            latency = number(meta.get("latency_ms"))
+            call.latency_ms = latency if latency is not None else number(env.get("duration_ms"))
+            call.tokens = number(meta.get("response_token_count"))
+            call.first_token_ms = number(meta.get("first_token_delta_ms"))
+
+    @property
+    def client_aborts(self) -> list[Abort]:
+        return [a for a in self.aborts if a.termination.by_client]
+
+    @property
+    def ended(self) -> Ref | None:
+        """Where the test id's story ended for the client: its first abort, else its first
+        failed completion, else its last completion; None when the log ends before that."""
+        ends = [done.ref for done in (self.failed, self.error_status) if done is not None]
+        if self.aborts:
+            ends.append(self.aborts[0].ref)
+        if ends:
+            return min(ends, key=lambda ref: ref.key)
+        return self.last_completion.ref if self.last_completion is not None else None
+
+    @property
+    def requests(self) -> int:
+        """Ingress envelopes, or at the default tier (no ingress) the requests that ended."""
+        return max(self.ingresses, self.completion_count + self.abort_count)
+
+    @property
+    def ended_badly(self) -> bool:
+        return bool(self.abort_count or self.failed_count or self.error_status is not None)
+
+
+def answered_ok(call: Call) -> bool:
+    return call.response is not None and call.kind == OK
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def gather(test_id: str, records: Iterable[Record]) -> Facts:
+    facts = Facts(test_id)
+    for record in records:
+        facts.add(record)
+    return facts

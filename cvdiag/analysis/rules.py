@@ -1,0 +1,239 @@
+"""The rules of ``cvdiag classify``, one function per class, each returning its findings.
+
+A rule states only what the envelopes show: a call "answered" only when its response says so, a
+call "was waiting" only when nothing showed its tokens by the time the request ended. Where a
+rule rests on the absence of a sign, the reason says which sign was absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from cvdiag.analysis.describe import text
+from cvdiag.analysis.facts import Call, Facts, Ref
+from cvdiag.analysis.timeline import Clock
+from cvdiag.analysis.vocabulary import FAILED, OK, RATE_LIMITED, error_kind
+
+
+@dataclasses.dataclass(slots=True)
+class Finding:
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    refs: list[Ref] = dataclasses.field(default_factory=list)
+
+    def add(self, reason: str, refs: Iterable[Ref], **facts: Any) -> None:
+        self.reasons.append(reason)
+        self.facts.update(facts)
+        self.refs.extend(refs)
+
+
+class Context:
+    """Helpers shared by the rules: offsets from the test id's first envelope, units."""
+
+    def __init__(self, facts: Facts, timeout_s: float) -> None:
+        self.facts = facts
+        self.timeout_ms = timeout_s * 1000.0
+        self.clock = Clock(facts.first) if facts.first is not None else None
+
+    def at(self, ref: Ref) -> str:
+        return f"+{self.offset(ref):.0f} ms"
+
+    def offset(self, ref: Ref) -> float:
+        return self.clock.offset_ms(ref.key) if self.clock is not None else 0.0
+
+    def timeout(self) -> str:
+        return f"the {self.timeout_ms / 1000:g} s first-token timeout"
+
+    # -- what an LLM call had done when the request ended -------------------------------------
+
+    def started(self, call: Call) -> Ref | None:
+        return call.start or call.last_heartbeat or call.response
+
+    def first_token_at(self, call: Call) -> float | None:
+        """The offset of the call's first token, as far as the log shows it."""
+        start = self.started(call)
+        if call.first_token_ms is not None and start is not None:
+            return self.offset(start) + call.first_token_ms
+        flow = call.flow(self.facts.tier)
+        if flow is not None:
+            return self.offset(flow)
+        return None
+
+    def state(self, call: Call, end: Ref | None) -> str:
+        """``answered``, ``flowing``, ``waiting``, or ``later`` (started after ``end``)."""
+        start = self.started(call)
+        horizon = self.offset(end) if end is not None else float("inf")
+        if start is not None and self.offset(start) > horizon:
+            return "later"
+        first = self.first_token_at(call)
+        if first is not None and first <= horizon:
+            return "flowing"
+        response = call.response
+        if response is not None and self.offset(response) <= horizon and not call.cut:
+            return "answered"
+        if call.cut and call.tokens and (response is None or self.offset(response) <= horizon):
+            return "flowing"  # a usage count before the cut: tokens had come
+        return "waiting"
+
+
+# --- provider failures ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Failures:
+    calls: list[Call]
+    caught: list[tuple[dict[str, Any], Ref]]
+    last_kind: str | None
+    mattered: bool
+
+
+def _failures(ctx: Context) -> _Failures:
+    """The provider's failures (calls answered 429, 5xx or a transport error, and caught
+    provider exceptions), and whether they decided the outcome: the request did not end well,
+    the stream carried an error event, or no LLM call answered ok after the last failure."""
+    f = ctx.facts
+    calls = [c for c in f.calls.values() if c.kind in (RATE_LIMITED, FAILED) and c.response]
+    caught = [
+        (meta, ref)
+        for meta, ref in f.error_refs
+        if error_kind(text(meta.get("exception_type"), 80)) in (RATE_LIMITED, FAILED)
+    ]
+    if not calls and not caught:
+        return _Failures([], [], None, False)
+    last = max(
+        [(c.response.key, c.kind) for c in calls if c.response is not None]
+        + [(ref.key, error_kind(text(meta.get("exception_type"), 80))) for meta, ref in caught]
+    )
+    recovered = any(
+        c.response is not None and c.kind == OK and c.response.key > last[0]
+        for c in f.calls.values()
+    )
+    mattered = bool(caught) or f.ended_badly or bool(f.error_events) or not recovered
+    return _Failures(calls, caught, last[1], mattered)
+
+
+def _provider(ctx: Context, wanted: str) -> Finding:
+    f, found = ctx.facts, Finding()
+    failures = _failures(ctx)
+    if not failures.mattered or failures.last_kind != wanted:
+        return found
+    refs: list[Ref] = []
+    parts: list[str] = []
+    if failures.calls:
+        by_kind: dict[str, int] = {}
+        for call in failures.calls:
+            by_kind[call.error_class or call.outcome or "?"] = (
+                by_kind.get(call.error_class or call.outcome or "?", 0) + 1
+            )
+            refs.extend(call.refs())
+        answered = sum(1 for c in f.calls.values() if c.response is not None)
+        kinds = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in by_kind.items())
+        call = failures.calls[-1]
+        parts.append(
+            f"{len(failures.calls)} of {answered} LLM calls failed ({call.label}: {kinds},"
+            f" the last at {ctx.at(call.response or call.refs()[-1])})"
+        )
+    if failures.caught:
+        meta, ref = failures.caught[0]
+        parts.append(f"the backend caught {text(meta.get('exception_type'), 60)} at {ctx.at(ref)}")
+        refs.append(ref)
+    if f.error_events:
+        kind, ref = f.error_events[0]
+        parts.append(f"the stream reported it in-band ({text(kind, 40)} at {ctx.at(ref)})")
+        refs.append(ref)
+    parts.append(_outcome(ctx))
+    refs.extend(_end_refs(ctx))
+    found.add(
+        "; ".join(parts),
+        refs,
+        failed_calls=len(failures.calls),
+        error_classes=sorted({c.error_class or "?" for c in failures.calls}),
+        caught=[meta.get("exception_type") for meta, _ in failures.caught],
+        error_events=[kind for kind, _ in f.error_events],
+    )
+    return found
+
+
+def rate_limited(ctx: Context) -> Finding:
+    return _provider(ctx, RATE_LIMITED)
+
+
+def provider_error(ctx: Context) -> Finding:
+    return _provider(ctx, FAILED)
+
+
+def _outcome(ctx: Context) -> str:
+    """How the test id's requests ended, for a provider failure's reason."""
+    f = ctx.facts
+    if f.aborts:
+        abort = f.aborts[0]
+        return f"the stream was aborted ({abort.termination}) at {ctx.at(abort.ref)}"
+    bad = f.error_status or f.failed
+    if bad is not None:
+        return f"the backend answered {bad.ref.summary}"  # the summary shows its edge headers
+    if f.last_completion is not None:
+        return f"yet the request completed ok ({f.last_completion.ref.summary})"
+    return "the log ends before the request does"
+
+
+def _end_refs(ctx: Context) -> list[Ref]:
+    f = ctx.facts
+    if f.aborts:
+        return [f.aborts[0].ref]
+    bad = f.error_status or f.failed or f.last_completion
+    return [bad.ref] if bad is not None else []
+
+
+# --- edge and backend -----------------------------------------------------------------------
+
+
+def edge(ctx: Context) -> Finding:
+    f, found = ctx.facts, Finding()
+    for value, ref in f.mitigations[:1]:
+        found.add(f"Cloudflare answered with cf-mitigated: {value}", [ref], cf_mitigated=value)
+    explained = any(c.kind == RATE_LIMITED for c in f.calls.values() if c.response)
+    if f.retry_after and not explained and (f.error_status is not None or f.bad_outcome):
+        value, ref = f.retry_after[0]
+        if f.error_status is not None and f.error_status.status is not None:
+            failed, other = f"HTTP {f.error_status.status:g}", f.error_status.ref
+        else:
+            assert f.bad_outcome is not None
+            failed, other = f"outcome {f.bad_outcome.outcome}", f.bad_outcome
+        found.add(f"retry-after: {text(value, 20)} with {failed}", [ref, other], retry_after=value)
+    for value, ref in f.proxies[:1]:
+        found.add(f"a proxy stood in the path (via: {text(value, 60)})", [ref], via=value)
+    if len(f.rays) > 1:
+        found.add(
+            f"{len(f.rays)} distinct cf-ray ids across the requests (the edge retried or split)",
+            f.rays.values(),
+            cf_rays=list(f.rays),
+        )
+    return found
+
+
+def backend_error(ctx: Context) -> Finding:
+    f, found = ctx.facts, Finding()
+    if f.errors:
+        meta, ref = f.error_refs[0]
+        more = f" (and {f.errors - 1} more)" if f.errors > 1 else ""
+        found.add(
+            f"the backend caught {text(meta.get('exception_type'), 60)}:"
+            f" {text(meta.get('message_scrubbed'), 120)}{more} at {ctx.at(ref)}",
+            [r for _, r in f.error_refs],
+            errors=f.errors,
+            exception_type=meta.get("exception_type"),
+            message_scrubbed=meta.get("message_scrubbed"),
+        )
+    elif f.error_events:
+        kind, ref = f.error_events[0]
+        more = f" (and {f.error_event_count - 1} more)" if f.error_event_count > 1 else ""
+        calls = "no LLM call in the log failed" if f.calls else "no LLM call is in the log"
+        found.add(
+            f"the stream reported an error in-band: {text(kind, 40)}{more} at {ctx.at(ref)},"
+            f" and {calls}",
+            [r for _, r in f.error_events],
+            error_events=f.error_event_count,
+        )
+    return found

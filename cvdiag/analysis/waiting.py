@@ -1,0 +1,229 @@
+"""The rules about time and the client: stalled, slow, empty, aborted, healthy.
+
+They reason from each LLM call's state when the request ended (``Context.state``), never from
+the first byte alone: an AG-UI stream sends ``RUN_STARTED`` before any call answers, so a first
+byte says nothing about a call that started after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cvdiag.analysis.describe import ms, text
+from cvdiag.analysis.facts import Call, Ref
+from cvdiag.analysis.rules import Context, Finding
+from cvdiag.analysis.timeline import Clock
+from cvdiag.schema import Tier
+
+
+def request_end(ctx: Context) -> tuple[str, list[Ref]]:
+    f = ctx.facts
+    if f.aborts:
+        abort = f.aborts[0]
+        return f"the stream was aborted ({abort.termination}) at {ctx.at(abort.ref)}", [abort.ref]
+    end = f.ended
+    if end is not None:
+        return f"the request ended ({end.summary}) at {ctx.at(end)}", [end]
+    return "the log ends before the request does", []
+
+
+def _fate(ctx: Context, call: Call, end: Ref | None) -> str:
+    response = call.response
+    if response is None:
+        return "was never answered"
+    if end is None or ctx.offset(response) <= ctx.offset(end):
+        return f"was cut by {call.error_class or call.outcome} after {ms(call.latency_ms)}"
+    late = f"{ms(ctx.offset(response) - ctx.offset(end))} later"
+    if call.cut:
+        return f"was still waiting when the request ended (cut by {call.error_class} {late})"
+    return f"had not answered when the request ended (its response came {late})"
+
+
+def stalled(ctx: Context) -> Finding:
+    """A call was still waiting (no answer, no sign of its tokens) when the request ended."""
+    f, found = ctx.facts, Finding()
+    end = f.ended
+    waiting = [c for c in f.calls.values() if ctx.state(c, end) == "waiting"]
+    if not waiting or not (f.ended_badly or f.first_byte is None or end is None):
+        return found
+    call = waiting[0]
+    start = ctx.started(call)
+    started = f" started at {ctx.at(start)}" if start is not None else ""
+    beats = ""
+    if call.heartbeats:
+        beats = f" ({call.heartbeats} heartbeats, the last at {ms(call.max_elapsed_ms)})"
+    if f.first_byte is None:
+        client = "no byte reached the client"
+    elif f.first_content is None and f.tier >= Tier.DEBUG:
+        client = "the stream carried no model output"
+    else:
+        client = "no sign of its tokens reached the stream"
+    ending, end_refs = request_end(ctx)
+    found.add(
+        f"LLM call {call.label}{started}{beats} {_fate(ctx, call, end)}, and {client}: {ending}",
+        [*call.refs(), *end_refs],
+        llm_call=call.to_json(),
+        first_byte_ms=f.first_byte[0] if f.first_byte else None,
+        waiting_calls=len(waiting),
+    )
+    return found
+
+
+def slow(ctx: Context) -> Finding:
+    """The first byte, a call's first token or the stream's first content came too late."""
+    f, found, limit = ctx.facts, Finding(), ctx.timeout_ms
+    facts: dict[str, Any] = {"first_token_timeout_s": limit / 1000}
+    if f.first_byte is not None and f.first_byte[0] is not None and f.first_byte[0] > limit:
+        delta, ref = f.first_byte
+        found.add(f"the first byte left {ms(delta)} after ingress, past {ctx.timeout()}", [ref])
+        facts["first_byte_ms"] = delta
+    for call in f.calls.values():
+        reason = _slow_call(ctx, call)
+        if reason is not None:
+            found.add(reason, call.refs())
+            facts.setdefault("llm_call", call.to_json())
+    if f.first_content is not None:
+        content, ingress = f.first_content
+        if ingress is not None:
+            delta = Clock(ingress.key).offset_ms(content.key)
+            if delta > limit:
+                found.add(
+                    f"the first content event ({content.summary}) left {ms(delta)} after"
+                    f" ingress, past {ctx.timeout()}",
+                    [content],
+                )
+                facts["first_content_ms"] = round(delta, 3)
+    if found.reasons:
+        # The later signs follow from the first (a late token means a late first byte): the
+        # reason names the first, the evidence keeps them all.
+        found.reasons = found.reasons[:1]
+        found.facts.update(facts)
+    return found
+
+
+def _slow_call(ctx: Context, call: Call) -> str | None:
+    """Why this call's first token was late, judged on its time to first token, never on how
+    long the whole call (a stream) took."""
+    limit, tier = ctx.timeout_ms, ctx.facts.tier
+    if call.first_token_ms is not None:
+        if call.first_token_ms > limit:
+            return (
+                f"LLM call {call.label}'s first token came {ms(call.first_token_ms)} after it"
+                f" started, past {ctx.timeout()}"
+            )
+        return None
+    start, flow = ctx.started(call), call.flow(tier)
+    if start is not None and flow is not None:
+        delta = ctx.offset(flow) - ctx.offset(start)
+        if delta > limit:
+            return (
+                f"LLM call {call.label}'s first output reached the stream {ms(delta)} after it"
+                f" started ({flow.boundary}), past {ctx.timeout()}"
+            )
+    waited = call.waited_ms(tier)
+    if waited is not None and waited > limit:
+        return (
+            f"LLM call {call.label} was still waiting after {ms(waited)}"
+            f" ({call.heartbeats} heartbeats, no sign of its tokens yet), past {ctx.timeout()}"
+        )
+    return None
+
+
+def provider_empty(ctx: Context) -> Finding:
+    f, found = ctx.facts, Finding()
+    answered = [c for c in f.calls.values() if c.ok]
+    empty = [c for c in answered if not c.tokens]
+    if not empty or any(c.tokens for c in f.calls.values()):
+        return found
+    if f.silent is None:
+        return found
+    call, done = empty[0], f.silent
+    tokens = "no token count" if call.tokens is None else "0 tokens"
+    found.add(
+        f"LLM call {call.label} answered ok with {tokens}, and the response completed with"
+        f" 0 events ({done.ref.summary})",
+        [*call.refs(), done.ref],
+        llm_call=call.to_json(),
+        sse_event_count=0,
+        http_status=done.status,
+    )
+    return found
+
+
+def client_abort(ctx: Context) -> Finding:
+    f, found = ctx.facts, Finding()
+    by_client = f.client_aborts
+    if not by_client or any(c.response is None for c in f.calls.values()):
+        return found
+    abort = by_client[0]
+    states = [ctx.state(c, abort.ref) for c in f.calls.values()]
+    if "waiting" in states:
+        return found
+    found.add(
+        f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
+        + _calls_then(ctx, abort.ref),
+        [abort.ref],
+        termination_kind=abort.termination.kind,
+        termination_cause=abort.termination.cause,
+        llm_calls=len(f.calls),
+    )
+    return found
+
+
+def _calls_then(ctx: Context, end: Ref) -> str:
+    """What the LLM calls had done when the client left, as the envelopes show it."""
+    calls = [c for c in ctx.facts.calls.values() if ctx.state(c, end) != "later"]
+    if not calls:
+        return ""
+    answered = sum(1 for c in calls if ctx.state(c, end) == "answered")
+    flowing = [c for c in calls if ctx.state(c, end) == "flowing"]
+    parts = []
+    if answered:
+        parts.append(
+            "its LLM call had answered" if len(calls) == 1 else f"{answered} LLM calls had answered"
+        )
+    for call in flowing[:1]:
+        first = ctx.first_token_at(call)
+        when = f" (first token at +{first:.0f} ms)" if first is not None else ""
+        parts.append(f"LLM call {call.label} was streaming{when}")
+    return "; " + " and ".join(parts) if parts else ""
+
+
+def healthy(ctx: Context) -> Finding:
+    f, found = ctx.facts, Finding()
+    done = f.last_completion
+    if done is None or f.abort_count or f.failed_count or f.error_status is not None:
+        return found
+    first_byte = f.first_byte[0] if f.first_byte else None
+    many = f" ({f.completion_count} requests)" if f.completion_count > 1 else ""
+    failed = [c for c in f.calls.values() if c.response is not None and not c.ok]
+    note = ""
+    if failed:
+        calls = "1 LLM call" if len(failed) == 1 else f"{len(failed)} LLM calls"
+        note = f"; {calls} ended {text(failed[0].error_class or failed[0].outcome, 40)} on the way"
+    found.add(
+        f"completed ok{many}: {done.ref.summary}{note}",
+        [done.ref],
+        http_status=done.status,
+        sse_event_count=done.events,
+        first_byte_ms=first_byte,
+        requests=f.completion_count,
+    )
+    return found
+
+
+def unclassified(ctx: Context) -> str:
+    f = ctx.facts
+    if f.aborts:
+        abort = f.aborts[0]
+        return (
+            f"no rule matched: the stream was aborted ({abort.termination}) at {ctx.at(abort.ref)}"
+        )
+    if f.failed is not None:
+        return (
+            f"no rule matched: the request completed with outcome {f.failed.outcome}"
+            f" ({f.failed.ref.summary})"
+        )
+    if f.error_status is not None:
+        return f"no rule matched: the request completed with {f.error_status.ref.summary}"
+    return f"no rule matched: no request completion among {f.count} envelopes"
