@@ -335,6 +335,43 @@ class _Exchange:
         self.response_edge = edge
         return content_type, encoding, length
 
+    # -- sending -----------------------------------------------------------------------------
+
+    def _seen(self, message: Message) -> bool:
+        """Look at one message before it is passed on; True when it ends the exchange."""
+        raise NotImplementedError
+
+    def _ended(self) -> None:
+        """The message that ends the exchange went out."""
+        raise NotImplementedError
+
+    async def _send_seen(self, message: Message) -> None:
+        ended = False
+        if self.active:
+            try:
+                ended = self._seen(message)
+            except Exception as exc:
+                self.broken(exc)
+        try:
+            await self._send(message)
+        except BaseException as exc:
+            self._send_failed(exc)
+            raise
+        if ended and self.active:
+            try:
+                self._ended()
+            except Exception as exc:
+                self.broken(exc)
+
+    def _send_failed(self, exc: BaseException) -> None:
+        # OSError (uvicorn's ClientDisconnected is one) means the client is gone: marked, so
+        # that no scope it passes through calls it an error, and told at the app's exit.
+        # Anything else is an app or protocol error and is judged when it escapes the app.
+        if self.active and (isinstance(exc, OSError) or is_client_gone(exc)):
+            mark_client_gone(exc)
+            if self.send_error is None:
+                self.send_error = exc
+
     # -- the app's exit --------------------------------------------------------------------
 
     def finish(self, exc: BaseException | None) -> None:
@@ -442,36 +479,9 @@ class _HTTPExchange(_Exchange):
                 return self._send(message)
         return self._send_seen(message)
 
-    async def _send_seen(self, message: Message) -> None:
-        ended = False
-        if self.active:
-            try:
-                ended = self._seen(message)
-            except Exception as exc:
-                self.broken(exc)
-        try:
-            await self._send(message)
-        except BaseException as exc:
-            self._send_failed(exc)
-            raise
-        if ended and self.active:
-            try:
-                self._body_finished()
-            except Exception as exc:
-                self.broken(exc)
-
     def broken(self, exc: BaseException) -> None:
         self.held = None
         super().broken(exc)
-
-    def _send_failed(self, exc: BaseException) -> None:
-        # OSError (uvicorn's ClientDisconnected is one) means the client is gone: marked, so
-        # that no scope it passes through calls it an error, and told at the app's exit.
-        # Anything else is an app or protocol error and is judged when it escapes the app.
-        if self.active and (isinstance(exc, OSError) or is_client_gone(exc)):
-            mark_client_gone(exc)
-            if self.send_error is None:
-                self.send_error = exc
 
     def _seen(self, message: Message) -> bool:
         """Look at one message before it is passed on; True when it ends the body."""
@@ -580,7 +590,7 @@ class _HTTPExchange(_Exchange):
         else:  # held chunks are all mid-stream: each non-empty one is an event
             self.event_count += chunks
 
-    def _body_finished(self) -> None:
+    def _ended(self) -> None:
         """The app's last body message went out: complete, unless the client left first."""
         self.settle_streams(body_end=True)
         if self.left() is None or (
@@ -635,26 +645,11 @@ class _WebSocketExchange(_Exchange):
             self.close_code = code if isinstance(code, int) else 1005
         return message
 
-    async def send(self, message: Message) -> None:
-        ended = False
-        if self.active:
-            try:
-                ended = self._seen(message)
-            except Exception as exc:
-                self.broken(exc)
-        try:
-            await self._send(message)
-        except BaseException as exc:
-            if self.active and (isinstance(exc, OSError) or is_client_gone(exc)):
-                mark_client_gone(exc)
-                if self.send_error is None:
-                    self.send_error = exc
-            raise
-        if ended and self.active:
-            try:
-                self.complete()
-            except Exception as exc:
-                self.broken(exc)
+    def send(self, message: Message) -> Awaitable[None]:
+        return self._send_seen(message)
+
+    def _ended(self) -> None:
+        self.complete()
 
     def _seen(self, message: Message) -> bool:
         """Look at one message before it is passed on; True when it ends the socket."""

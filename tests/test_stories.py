@@ -30,7 +30,7 @@ from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx, 
 from cvdiag.ids import new_uuid7
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
-from tests.test_middleware_support import SERVERS, terminals
+from tests.test_middleware_support import SERVERS, terminals, wait_for
 
 Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
@@ -44,14 +44,6 @@ def story(sink: MemorySink, test_id: str) -> list[Envelope]:
 
 def names(envelopes: list[Envelope]) -> list[str]:
     return [e["boundary"] for e in envelopes]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def settled(
