@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import inspect
 import json
 import socket
 import time
@@ -288,6 +289,9 @@ def test_a_background_task_tells_its_part_after_the_terminal(capture: Capture) -
 
 # --- what the app sent, whatever is around cvdiag -------------------------------------------
 
+#: Starlette's GZipMiddleware compresses event streams only when told to, and before 1.x
+#: (the 0.46 floor) cannot be told: there the SSE case runs uncompressed on both sides.
+GZIP_CAN_COMPRESS_SSE = "exclude_content_types" in inspect.signature(GZipMiddleware).parameters
 JSON_BODY = {"rows": [{"id": i, "text": "lorem ipsum dolor sit amet " * 3} for i in range(200)]}
 SSE_EVENTS = 31
 NDJSON_RECORDS = 10
@@ -316,11 +320,9 @@ def gzip_app(*, cvdiag_outside: bool) -> FastAPI:
     async def as_ndjson() -> StreamingResponse:
         return StreamingResponse(ndjson(), media_type="application/x-ndjson")
 
-    try:  # Starlette 1.x leaves event streams alone unless told otherwise
-        options: dict[str, Any] = {"minimum_size": 10, "exclude_content_types": ()}
-        GZipMiddleware(app, **options)
-    except TypeError:
-        options = {"minimum_size": 10}
+    options: dict[str, Any] = {"minimum_size": 10}
+    if GZIP_CAN_COMPRESS_SSE:  # Starlette leaves event streams alone unless told otherwise
+        options["exclude_content_types"] = ()
     if cvdiag_outside:
         app.add_middleware(GZipMiddleware, **options)
         app.add_middleware(CvdiagMiddleware)  # added last: outermost, it sees gzip bytes
@@ -346,7 +348,8 @@ def test_sizes_and_counts_are_the_apps_beside_compression(
                     f"{url}/{path}",
                     headers={"x-test-id": test_id, "accept-encoding": "gzip"},
                 )
-            assert reply.headers.get("content-encoding") == "gzip"
+            if path != "sse" or GZIP_CAN_COMPRESS_SSE:
+                assert reply.headers.get("content-encoding") == "gzip"
             meta = settled(sink, test_id)[-1]["metadata"]
         seen[outside] = (meta["content_length"], meta["sse_event_count"], reply.content)
     assert seen[False] == seen[True]
