@@ -11,7 +11,7 @@ import cvdiag
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_runtime_dependencies_are_exactly_the_four() -> None:
+def test_runtime_dependencies_are_exactly_the_three() -> None:
     requires = metadata.requires("cvdiag") or []
     runtime = sorted(
         re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in requires if "extra ==" not in r
