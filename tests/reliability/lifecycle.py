@@ -27,6 +27,10 @@ HOST = textwrap.dedent(
     import os, signal, sys, time
     from cvdiag import Settings, configure, emit, flush
 
+    # A suite started in the background (`cmd &` in a script) hands its children SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     (sink,) = configure(Settings(enabled=True, queue_size={queue})).sinks
     for i in range({count}):
         emit("backend.error.caught", metadata={{"message_scrubbed": "line %d " % i + "x" * 200}})
