@@ -22,7 +22,15 @@ from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
 from cvdiag.scrub import use_rules
 from cvdiag.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
-from cvdiag.sinks import QueuedLineSink, Sink, StdoutSink, install_exit_hooks
+from cvdiag.sinks import (
+    LineSink,
+    QueuedLineSink,
+    Sink,
+    StdoutSink,
+    install_exit_hooks,
+    takes_lines,
+)
+from cvdiag.template import RequestLines
 
 if TYPE_CHECKING:
     from cvdiag.otel import OtelBridge
@@ -67,6 +75,11 @@ class Emitter:
             self.otel = OtelBridge()
             sinks = (*sinks, SpanEventSink())
         self.sinks: tuple[Sink, ...] = tuple(sinks)
+        #: The sinks, when every one takes serialized lines alone (stdout, a file) and the
+        #: bridge is off: then per-request templates may write lines without building dicts.
+        self._line_sinks: tuple[LineSink, ...] | None = None
+        if self.otel is None and all(takes_lines(sink) for sink in self.sinks):
+            self._line_sinks = tuple(sink for sink in self.sinks if takes_lines(sink))
         for sink in self.sinks:
             if isinstance(sink, QueuedLineSink):
                 if sink.drop_report is None:
@@ -124,6 +137,31 @@ class Emitter:
         self._tier = tier
         self._cap = BYTE_CAPS[tier]
 
+    @property
+    def byte_cap(self) -> int:
+        """The envelope byte cap of the tier in force."""
+        return self._cap
+
+    def lines_for(self, context: RequestContext) -> RequestLines | None:
+        """The request's own envelopes from templates, where they can serve (every sink takes
+        lines alone, the bridge is off: see cvdiag/template.py); None: use ``emit``."""
+        if self._line_sinks is None:
+            return None
+        try:
+            return RequestLines(self, self._line_sinks, context)
+        except Exception as exc:
+            record_failure("emit", exc)
+            return None
+
+    def admits(self, tier: Tier) -> bool:
+        """The gate: whether an envelope of ``tier`` is written now. At the debug tier every
+        envelope spends the budget, and the one that exhausts it is gated again."""
+        if tier > self._tier:
+            return False
+        if self._tier is Tier.DEBUG and self._spend_debug_budget():
+            return tier <= self._tier
+        return True
+
     def allows(self, boundary: str) -> bool:
         """Whether ``boundary`` would be emitted now: lets producers skip building metadata."""
         if not self.enabled:
@@ -155,9 +193,7 @@ class Emitter:
             if tier is None:
                 record_failure("emit", f"unknown boundary {boundary[:64]!r} ignored")
                 return
-            if tier > self._tier:
-                return
-            if self._tier is Tier.DEBUG and self._spend_debug_budget() and tier > self._tier:
+            if not self.admits(tier):
                 return
             ctx = context if context is not None else _CURRENT.get()
             if ctx is None:

@@ -161,22 +161,39 @@ class _Clock:
     """UTC ISO-8601 timestamps with milliseconds, formatted once per millisecond: envelopes come
     in bursts (a debug-tier stream emits one per event), and a burst shares its stamp."""
 
-    __slots__ = ("_ms", "_text")
+    __slots__ = ("_bytes", "_ms", "_text")
 
     def __init__(self) -> None:
         self._ms = -1
         self._text = ""
+        self._bytes = b""
 
     def now(self) -> str:
         ms = time.time_ns() // 1_000_000
         if ms != self._ms:
-            second, rest = divmod(ms, 1000)
-            self._text = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(second))}.{rest:03d}Z"
-            self._ms = ms  # a race between threads costs a millisecond at worst, never a bad stamp
+            self._tick(ms)
         return self._text
+
+    def now_bytes(self) -> bytes:
+        """The same stamp, ASCII-encoded once per millisecond too (for the templates)."""
+        ms = time.time_ns() // 1_000_000
+        if ms != self._ms:
+            self._tick(ms)
+        return self._bytes
+
+    def _tick(self, ms: int) -> None:
+        second, rest = divmod(ms, 1000)
+        text = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(second))}.{rest:03d}Z"
+        # One tuple swap would be atomic; two attributes raced between threads cost a
+        # millisecond's difference at worst, never a malformed stamp.
+        self._text, self._bytes = text, text.encode("ascii")
+        self._ms = ms
 
 
 _clock = _Clock()
+#: The envelope's ``ts`` now (for the per-request templates, which build no dict).
+clock_now: Final = _clock.now
+clock_bytes: Final = _clock.now_bytes
 
 
 def build(
@@ -288,8 +305,9 @@ _RAW_BREAKS: Final = (
 def line_safe(data: bytes) -> bytes:
     """``data`` with every line separator a splitter could break on escaped. In valid UTF-8 these
     byte pairs can only encode the separators themselves, and inside JSON only strings hold
-    non-ASCII, so the escapes keep the JSON equal. One or two ``in`` tests in the common case."""
-    if b"\xe2\x80" in data or b"\xc2\x85" in data:
+    non-ASCII, so the escapes keep the JSON equal. Most lines are ASCII: one C-level
+    ``isascii`` (0.04 µs on 600 bytes) settles them, where a two-byte ``in`` costs 0.6 µs."""
+    if not data.isascii() and (b"\xe2\x80" in data or b"\xc2\x85" in data):
         for raw, escaped in _RAW_BREAKS:
             data = data.replace(raw, escaped)
     return data

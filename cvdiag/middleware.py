@@ -19,7 +19,7 @@ import re
 import time
 import zlib
 from collections.abc import Awaitable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -42,6 +42,8 @@ from cvdiag.sse import SSECounter, SSEParser, json_type
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
+
+    from cvdiag.template import RequestLines
 
 
 def annotate_request(span: Span, ctx: RequestContext) -> None:
@@ -184,6 +186,7 @@ class _Exchange:
         "emitter",
         "event_count",
         "first_byte_seen",
+        "request_lines",
         "response_edge",
         "send_error",
         "start",
@@ -224,23 +227,35 @@ class _Exchange:
         self.terminal = False  # the one terminal boundary has been emitted
         #: What the request's own code reports while it runs (streams it opened, a cut turn).
         self.state = RequestState()
+        #: The request's envelopes from templates (False: not made yet; None: use ``emit``).
+        self.request_lines: RequestLines | Literal[False] | None = False
 
     # -- boundaries ------------------------------------------------------------------------
 
     def _emit(self, boundary: str, outcome: str, metadata: Mapping[str, Any]) -> None:
         self.emitter.emit(boundary, outcome=outcome, metadata=metadata, context=self.ctx)
 
+    def _lines(self) -> RequestLines | None:
+        lines = self.request_lines
+        if lines is False:  # made at the first envelope after ingress
+            lines = self.request_lines = self.emitter.lines_for(self.ctx)
+        return lines
+
     def first_byte(self) -> None:
         self.first_byte_seen = True
         if self.allow_first_byte:
-            self._emit(
-                "backend.sse.first_byte", "info", {"delta_ms_from_ingress": _ms_since(self.start)}
-            )
+            delta = _ms_since(self.start)
+            lines = self._lines()
+            if lines is None or not lines.first_byte(delta):
+                self._emit("backend.sse.first_byte", "info", {"delta_ms_from_ingress": delta})
 
     def event(self, event_type: str, size: int) -> None:
         """Emit one stream event (debug tier) and count it."""
         sequence = self.event_count
         self.event_count = sequence + 1
+        lines = self._lines()
+        if lines is not None and lines.event(event_type, size, sequence):
+            return
         self.emitter.emit(
             "backend.sse.event",
             metadata={
@@ -268,6 +283,11 @@ class _Exchange:
         self.settle()
         total = _ms_since(self.start)
         status = self.status if status is None else status
+        lines = self._lines()
+        if lines is not None and lines.complete(
+            status, self.bytes_sent, total, self.event_count, self.response_edge
+        ):
+            return
         self.emitter.emit(
             "backend.response.complete",
             outcome="ok" if 100 <= status < 400 else "err",
@@ -291,6 +311,10 @@ class _Exchange:
         self.settle()
         if self.emitter.otel is not None:
             self.emitter.otel.record_abort(termination_kind)
+        duration = _ms_since(self.start)
+        lines = self._lines()
+        if lines is not None and lines.aborted(termination_kind, self.bytes_sent, cause, duration):
+            return
         self.emitter.emit(
             "backend.sse.aborted",
             outcome="err",
@@ -299,7 +323,7 @@ class _Exchange:
                 "bytes_before_abort": self.bytes_sent,
                 "termination_cause": cause,
             },
-            duration_ms=_ms_since(self.start),
+            duration_ms=duration,
             context=self.ctx,
         )
 

@@ -22,7 +22,9 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, Any, Final, Protocol, TypeGuard, runtime_checkable
+
+import orjson
 
 from cvdiag.descriptor import close_descriptor, own_descriptor, write_all, write_some
 from cvdiag.guard import record_failure
@@ -40,6 +42,13 @@ def _json_escape(match: re.Match[str]) -> str:
         return f"\\u{code:04x}"
     code -= 0x10000  # outside the BMP: a UTF-16 surrogate pair, as JSON spells it
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+class LineSink(Protocol):
+    """A sink that needs only the serialized line: the per-request templates write to it
+    without building an envelope dict (cvdiag/template.py)."""
+
+    def write_line(self, line: bytes) -> None: ...
 
 
 @runtime_checkable
@@ -115,6 +124,11 @@ class QueuedLineSink(_Sink):
     # -- the caller's side: O(1), never blocks ---------------------------------------------
 
     def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        self.write_line(line)
+
+    def write_line(self, line: bytes) -> None:
+        """Queue one serialized envelope: what this sink needs of it (the emitter's templated
+        path, which builds no envelope dict, calls this directly)."""
         queue = self._queue
         if len(queue) >= self.queue_size:
             try:
@@ -433,6 +447,12 @@ class MemorySink(_Sink):
         self.envelopes.append(envelope)
         self.lines.append(line)
 
+    def write_line(self, line: bytes) -> None:
+        """A line from the templated path: kept as written, and read back as its envelope, so
+        what a test sees is what stdout would carry."""
+        self.envelopes.append(orjson.loads(line))
+        self.lines.append(line)
+
     def clear(self) -> None:
         self.envelopes.clear()
         self.lines.clear()
@@ -511,3 +531,12 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def takes_lines(sink: Sink) -> TypeGuard[LineSink]:
+    """Whether ``sink`` is one of cvdiag's own that needs only the line. A subclass that
+    overrides ``write`` wants the envelope dict: it gets it through ``Emitter.emit``."""
+    return type(sink).write in _LINE_WRITES
+
+
+_LINE_WRITES: Final = (QueuedLineSink.write, MemorySink.write)

@@ -1,0 +1,285 @@
+"""The middleware's envelopes from templates: serialized once, finished with one ``bytes %``.
+
+A request's own boundaries (``backend.sse.event`` once per event at the debug tier,
+``backend.sse.first_byte``, ``backend.response.complete``, ``backend.sse.aborted``) share the
+request's context and differ in a few fields. Each boundary's envelope is serialized once per
+process through the one build and serialize path (``cvdiag.envelope``), with every field that
+varies left as a ``%`` slot; a request fills in its context once (``RequestLines``), and each
+envelope is then a single ``bytes %`` of its span id, timestamps and metadata. The line is byte
+for byte the line ``Emitter.emit`` writes (tests/test_template.py holds them equal).
+
+The emitter offers templates only where nothing needs the envelope as a dict: every sink takes
+lines alone (stdout, a file) and the OpenTelemetry bridge is off. A line the template cannot
+make within the tier's byte cap is left to ``Emitter.emit`` (``False`` from a method here),
+which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.admits``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from random import getrandbits
+from typing import TYPE_CHECKING, Final
+
+import orjson
+
+from cvdiag import envelope as _envelope
+from cvdiag.context import RequestContext
+from cvdiag.guard import record_failure
+from cvdiag.schema import BOUNDARY_TIER
+from cvdiag.scrub import scrub_identifier
+
+if TYPE_CHECKING:
+    from cvdiag.emitter import Emitter
+    from cvdiag.sinks import LineSink
+
+#: Fields the request fills in once, in the envelope's key order.
+_CONTEXT: Final = ("test_id", "trace_id", "parent_span_id", "slug", "demo")
+#: Event types one request keeps encoded; a stream of ever-new types is encoded per event.
+_TYPES_HELD: Final = 64
+
+
+def _marker(name: str) -> str:
+    # Never in a serialized envelope otherwise: orjson writes NUL as \u0000.
+    return f"\x00cvdiag-slot:{name}\x00"
+
+
+def _format(
+    boundary: str,
+    *,
+    duration: bool,
+    outcome: str | None,
+    metadata: tuple[tuple[str, bytes], ...],
+) -> bytes:
+    """``boundary``'s envelope with two levels of slots: the context's (``%s``, filled once per
+    request) and the envelope's own (``%%…``, left for each envelope). ``outcome`` None is a
+    slot too; a string is the boundary's one outcome."""
+    fields: dict[str, bytes] = dict.fromkeys(_CONTEXT, b"%s")
+    fields |= {"span_id": b'"%%016x"', "ts": b'"%%s"', "mono_ns": b"%%d"}
+    if duration:
+        fields["duration_ms"] = b"%%d"
+    if outcome is None:
+        fields["outcome"] = b'"%%s"'
+    fields["edge_headers"] = b"%%s"
+    fields |= {key: b"%" + slot for key, slot in metadata}
+    env = _envelope.build(
+        boundary,
+        outcome=_marker("outcome") if outcome is None else outcome,
+        metadata={key: _marker(key) for key, _ in metadata},
+        duration_ms=None,
+        context=RequestContext(
+            test_id=_marker("test_id"),
+            trace_id=_marker("trace_id"),
+            slug=_marker("slug"),
+            demo=_marker("demo"),
+        ),
+        span_id=_marker("span_id"),
+        parent_span_id=_marker("parent_span_id"),
+        edge_headers={},
+    )
+    env |= {"ts": _marker("ts"), "mono_ns": _marker("mono_ns")}
+    env["edge_headers"] = _marker("edge_headers")
+    if duration:
+        env["duration_ms"] = _marker("duration_ms")
+    # Constant text is escaped for both levels of formatting.
+    text = orjson.dumps(env).replace(b"%", b"%%%%")
+    at = {}
+    for name in fields:
+        encoded = orjson.dumps(_marker(name))
+        if text.count(encoded) != 1:
+            raise AssertionError(f"{boundary}: the slot {name} is not in the envelope once")
+        at[name] = text.index(encoded)
+    # Each level's arguments are passed in the envelope's key order: check it is still that.
+    order = sorted(fields, key=at.__getitem__)
+    own = [name for name in fields if name not in _CONTEXT]
+    if [n for n in order if n in _CONTEXT] != list(_CONTEXT) or [
+        n for n in order if n not in _CONTEXT
+    ] != own:
+        raise AssertionError(f"{boundary}: the slots are not in the envelope's key order")
+    for name, slot in fields.items():
+        text = text.replace(orjson.dumps(_marker(name)), slot)
+    return text
+
+
+_EVENT: Final = _format(
+    "backend.sse.event",
+    duration=False,
+    outcome="info",
+    metadata=(("event_type", b"%s"), ("payload_size_bytes", b"%d"), ("sequence_num", b"%d")),
+)
+_FIRST_BYTE: Final = _format(
+    "backend.sse.first_byte",
+    duration=False,
+    outcome="info",
+    metadata=(("delta_ms_from_ingress", b"%d"),),
+)
+_COMPLETE: Final = _format(
+    "backend.response.complete",
+    duration=True,
+    outcome=None,
+    metadata=(
+        ("http_status", b"%d"),
+        ("content_length", b"%d"),
+        ("total_duration_ms", b"%d"),
+        ("sse_event_count", b"%d"),
+    ),
+)
+_ABORTED: Final = _format(
+    "backend.sse.aborted",
+    duration=True,
+    outcome="err",
+    metadata=(
+        ("termination_kind", b"%s"),
+        ("bytes_before_abort", b"%d"),
+        ("termination_cause", b"%s"),
+    ),
+)
+_EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+_FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
+_COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
+_ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
+_NULL_EDGE: Final = orjson.dumps(_envelope.NULL_EDGE_HEADERS)
+#: The words of the aborted envelope (CVDIAG v1 kinds, cvdiag's causes), JSON once each.
+_WORDS: dict[str, bytes] = {}
+_OUTCOME: Final = {True: b"ok", False: b"err"}
+
+
+def _text_json(value: str) -> bytes:
+    """A string as ``envelope.serialize`` writes it: JSON, line-safe, a lone surrogate (which
+    orjson refuses) as its ``\\udXXX`` text."""
+    try:
+        encoded = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return _envelope.line_safe(encoded)
+
+
+def _json(value: str) -> bytes:
+    # Becomes constant text of the request's formats: escaped for the second formatting.
+    return _text_json(value).replace(b"%", b"%%")
+
+
+def _word(word: str) -> bytes:
+    encoded = _WORDS.get(word)
+    if encoded is None:
+        encoded = _WORDS[word] = orjson.dumps(word)
+    return encoded
+
+
+class RequestLines:
+    """One request's envelopes as lines. Each method returns False when ``Emitter.emit`` must
+    make the envelope instead (over the byte cap); True when it is written or gated out."""
+
+    __slots__ = ("_context", "_emitter", "_event", "_sinks", "_types")
+
+    def __init__(
+        self, emitter: Emitter, sinks: tuple[LineSink, ...], context: RequestContext
+    ) -> None:
+        self._emitter = emitter
+        self._sinks = sinks
+        test_id, trace_id, slug, demo, parent = context
+        self._context = (
+            _json(test_id),
+            _json(trace_id),
+            b"null" if parent is None else _json(parent),
+            _json(slug),
+            _json(demo),
+        )
+        #: The event format with this request's context in: a stream writes many.
+        self._event: bytes | None = None
+        self._types: dict[str, bytes] = {}
+
+    def _write(self, line: bytes) -> bool:
+        emitter = self._emitter
+        if len(line) > emitter.byte_cap:
+            return False  # emit cuts it down the ladder, and counts it
+        emitter.emitted += 1
+        for sink in self._sinks:
+            try:
+                sink.write_line(line)
+            except Exception as exc:
+                record_failure("sink", exc)
+        return True
+
+    def event(self, event_type: str, size: int, sequence: int) -> bool:
+        if not self._emitter.admits(_EVENT_TIER):
+            return True
+        form = self._event
+        if form is None:
+            form = self._event = _EVENT % self._context
+        encoded = self._types.get(event_type)
+        if encoded is None:
+            # Scrubbed like any identifier, then cut, as closed metadata is.
+            encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
+            if len(self._types) < _TYPES_HELD:
+                self._types[event_type] = encoded
+        return self._write(
+            form
+            % (
+                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+                _envelope.clock_bytes(),
+                time.monotonic_ns(),
+                _NULL_EDGE,
+                encoded,
+                size,
+                sequence,
+            )
+        )
+
+    def first_byte(self, delta_ms: int) -> bool:
+        if not self._emitter.admits(_FIRST_BYTE_TIER):
+            return True
+        own = (getrandbits(64) or 1, _envelope.clock_bytes(), time.monotonic_ns(), _NULL_EDGE)
+        return self._write(_FIRST_BYTE % self._context % (*own, delta_ms))
+
+    def complete(
+        self,
+        status: int,
+        length: int,
+        total_ms: int,
+        events: int,
+        edge: Mapping[str, str | None] | None,
+    ) -> bool:
+        if not self._emitter.admits(_COMPLETE_TIER):
+            return True
+        if edge is None:
+            edge_json = _NULL_EDGE
+        else:
+            try:
+                edge_json = _envelope.line_safe(orjson.dumps(edge))
+            except orjson.JSONEncodeError:
+                return False  # a lone surrogate: emit escapes the whole envelope
+        return self._write(
+            _COMPLETE
+            % self._context
+            % (
+                getrandbits(64) or 1,
+                _envelope.clock_bytes(),
+                time.monotonic_ns(),
+                total_ms,
+                _OUTCOME[100 <= status < 400],
+                edge_json,
+                status,
+                length,
+                total_ms,
+                events,
+            )
+        )
+
+    def aborted(self, kind: str, before: int, cause: str, duration_ms: int) -> bool:
+        if not self._emitter.admits(_ABORTED_TIER):
+            return True
+        return self._write(
+            _ABORTED
+            % self._context
+            % (
+                getrandbits(64) or 1,
+                _envelope.clock_bytes(),
+                time.monotonic_ns(),
+                duration_ms,
+                _NULL_EDGE,
+                _word(kind),
+                before,
+                _word(cause),
+            )
+        )
