@@ -742,7 +742,7 @@ async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
         def feed(self, chunk: bytes) -> int:
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr("cvdiag.middleware.SSECounter", Broken)
+    monkeypatch.setattr("cvdiag.http_exchange.SSECounter", Broken)
     before = failures["middleware"]
     bare = await call(_bare(), http_scope("/chat/sse"))
     wrapped = await call(make_app(), http_scope("/chat/sse"))
