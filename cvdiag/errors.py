@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import sysconfig
@@ -94,3 +95,35 @@ def is_client_gone(exc: BaseException) -> bool:
     if getattr(exc, CLIENT_GONE_ATTR, False):
         return True
     return any(cls.__name__ in _CLIENT_GONE for cls in type(exc).__mro__)
+
+
+#: Class-name endings that mark a timeout, whichever library raised it (``TimeoutError``,
+#: ``asyncio.TimeoutError`` on 3.10, httpx's ``ReadTimeout``, openai's ``APITimeoutError`` …).
+_TIMEOUT_SUFFIXES: Final = ("Timeout", "TimeoutError", "TimeoutException")
+_BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a timeout, judged by its class names (no library needs importing)."""
+    return any(cls.__name__.endswith(_TIMEOUT_SUFFIXES) for cls in type(exc).__mro__)
+
+
+def classify_exit(exc: BaseException | None) -> str | None:
+    """How the app ended: None (returned), "disconnect", "cancel", "timeout" or "error".
+
+    A client going away is never an application error: Starlette's ``ClientDisconnect`` and
+    ``WebSocketDisconnect``, or what our wrapped ``send`` saw fail, are "disconnect".
+    Cancellation and other non-``Exception`` exits (KeyboardInterrupt, SystemExit) are "cancel".
+    """
+    if exc is None:
+        return None
+    if is_client_gone(exc):
+        return "disconnect"
+    if _BaseExceptionGroup is not None and isinstance(exc, _BaseExceptionGroup):
+        kinds = {classify_exit(inner) for inner in exc.exceptions}
+        for kind in ("error", "timeout", "disconnect", "cancel"):
+            if kind in kinds:
+                return kind
+    if not isinstance(exc, Exception):
+        return "cancel"
+    return "timeout" if is_timeout(exc) else "error"

@@ -6,7 +6,6 @@ server's. Envelopes come from the request's templates (cvdiag/template.py) where
 
 from __future__ import annotations
 
-import builtins
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -15,42 +14,24 @@ from starlette.types import Message, Receive, Send
 
 from cvdiag.context import RequestContext, RequestState
 from cvdiag.emitter import Emitter
-from cvdiag.errors import claim_report, describe_exception, is_client_gone, mark_client_gone
+from cvdiag.errors import (
+    claim_report,
+    classify_exit,
+    describe_exception,
+    is_client_gone,
+    mark_client_gone,
+)
 from cvdiag.guard import record_failure
 from cvdiag.headers import response_facts
-from cvdiag.scopes import is_timeout
 
 if TYPE_CHECKING:
     from cvdiag.template import RequestLines
-
-_BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
 
 
 def ms_since(start: float) -> int:
     # Whole milliseconds, like every duration on the wire (v1's duration_ms is an integer);
     # never negative, even if the clock is stepped back (or patched) under a request.
     return max(0, round((time.perf_counter() - start) * 1000))
-
-
-def classify_exit(exc: BaseException | None) -> str | None:
-    """How the app ended: None (returned), "disconnect", "cancel", "timeout" or "error".
-
-    A client going away is never an application error: Starlette's ``ClientDisconnect`` and
-    ``WebSocketDisconnect``, or what our wrapped ``send`` saw fail, are "disconnect".
-    Cancellation and other non-``Exception`` exits (KeyboardInterrupt, SystemExit) are "cancel".
-    """
-    if exc is None:
-        return None
-    if is_client_gone(exc):
-        return "disconnect"
-    if _BaseExceptionGroup is not None and isinstance(exc, _BaseExceptionGroup):
-        kinds = {classify_exit(inner) for inner in exc.exceptions}
-        for kind in ("error", "timeout", "disconnect", "cancel"):
-            if kind in kinds:
-                return kind
-    if not isinstance(exc, Exception):
-        return "cancel"
-    return "timeout" if is_timeout(exc) else "error"
 
 
 class Exchange:
@@ -72,6 +53,7 @@ class Exchange:
         "bytes_sent",
         "ctx",
         "disconnected",
+        "echo",
         "emitter",
         "event_count",
         "first_byte_seen",
@@ -114,6 +96,8 @@ class Exchange:
         self.disconnected = False  # the client's disconnect was seen on receive
         self.send_error: BaseException | None = None  # what the server's send raised
         self.terminal = False  # the one terminal boundary has been emitted
+        #: The header the response start gets the test id in (once), or None.
+        self.echo: bytes | None = None
         #: What the request's own code reports while it runs (streams it opened, a cut turn).
         self.state = RequestState()
         #: The request's envelopes from templates (False: not made yet; None: use ``emit``).
@@ -259,6 +243,20 @@ class Exchange:
                 self._ended()
             except Exception as exc:
                 self.broken(exc)
+
+    def with_test_id(self, message: Message) -> Message:
+        """The response start (or handshake) with the request's test id added, once. An app
+        that set that header itself keeps its own value."""
+        name, self.echo = self.echo, None
+        try:
+            headers = list(message.get("headers") or ())
+            if name is None or any(key.lower() == name for key, _ in headers):
+                return message
+            headers.append((name, self.ctx.test_id.encode("ascii")))  # [a-z0-9._-] or a UUID
+            return {**message, "headers": headers}  # the app's own message stays unchanged
+        except Exception as exc:
+            self.broken(exc)
+            return message
 
     def _send_failed(self, exc: BaseException) -> None:
         # OSError (uvicorn's ClientDisconnected is one) means the client is gone: marked, so

@@ -112,6 +112,8 @@ class HTTPExchange(Exchange):
             ):
                 held.append(body)
                 return self._send(message)
+        elif self.echo is not None and message.get("type") == "http.response.start":
+            message = self.with_test_id(message)
         return self._send_seen(message)
 
     def broken(self, exc: BaseException) -> None:

@@ -94,6 +94,7 @@ class CvdiagMiddleware:
         exclude_paths: Iterable[str | re.Pattern[str]] = (),
         slug_headers: Iterable[str] = ("x-aimock-context",),
         test_id_headers: Iterable[str] = ("x-test-id",),
+        echo_test_id: bool = True,
     ) -> None:
         self.app = app
         self._emitter = Emitter(settings) if settings is not None else None
@@ -113,6 +114,8 @@ class CvdiagMiddleware:
         self._exclude_patterns = tuple(patterns)
         self._slug_headers = tuple(h.strip().lower().encode("latin-1") for h in slug_headers)
         self._test_id_headers = tuple(h.strip().lower().encode("latin-1") for h in test_id_headers)
+        #: The response tells the client its test id in the header it would send it in.
+        self._echo = self._test_id_headers[0] if echo_test_id and self._test_id_headers else None
         # Not request state: the tier's answers, recomputed whenever the emitter or tier changes.
         self._allowed: tuple[Emitter, Tier, tuple[bool, bool, bool]] | None = None
         self._wanted = frozenset(
@@ -262,4 +265,5 @@ class CvdiagMiddleware:
         exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
         if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
             exchange.head = True
+        exchange.echo = self._echo
         return exchange

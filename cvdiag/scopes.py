@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 from cvdiag import emitter as _emitters
 from cvdiag.context import _CURRENT, _STATE, RequestContext
 from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.errors import claim_report, describe_exception, is_client_gone
+from cvdiag.errors import claim_report, describe_exception, is_client_gone, is_timeout
 from cvdiag.guard import record_failure
 from cvdiag.heartbeat import scheduler
 from cvdiag.ids import new_span_id, new_uuid7
@@ -55,10 +55,6 @@ _S = TypeVar("_S", bound="_Scope")
 #: The innermost live ``llm_call``: lets an instrumented httpx client inside a hand-written call
 #: fill that call in instead of opening a second one for the same request.
 _ACTIVE_CALL: ContextVar[LLMCall | None] = ContextVar("cvdiag_llm_call", default=None)
-
-#: Class-name endings that mark a timeout, whichever library raised it (``TimeoutError``,
-#: ``asyncio.TimeoutError`` on 3.10, httpx's ``ReadTimeout``, openai's ``APITimeoutError`` …).
-_TIMEOUT_SUFFIXES: Final = ("Timeout", "TimeoutError", "TimeoutException")
 
 
 #: Calls started and not yet ended, so that shutdown can end each with one response.
@@ -96,11 +92,6 @@ def _fresh_context(emitter: Emitter) -> RequestContext:
 
 def _elapsed_ms(since: float) -> int:
     return max(0, round((time.monotonic() - since) * 1000))
-
-
-def is_timeout(exc: BaseException) -> bool:
-    """Whether ``exc`` is a timeout, judged by its class names (no library needs importing)."""
-    return any(cls.__name__.endswith(_TIMEOUT_SUFFIXES) for cls in type(exc).__mro__)
 
 
 class _Scope:

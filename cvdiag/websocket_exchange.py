@@ -18,6 +18,8 @@ from cvdiag.sse import json_type
 
 #: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
 #: closed without a code (1005), which uvicorn also reports for a dropped connection.
+#: The messages that answer the handshake: the test id goes back in their headers.
+_HANDSHAKE: Final = ("websocket.accept", "websocket.http.response.start")
 _WS_NO_STATUS: Final = frozenset({1005, 1006})
 
 
@@ -48,6 +50,8 @@ class WebSocketExchange(Exchange):
         return message
 
     def send(self, message: Message) -> Awaitable[None]:
+        if self.echo is not None and message.get("type") in _HANDSHAKE:
+            message = self.with_test_id(message)
         return self._send_seen(message)
 
     def _ended(self) -> None:

@@ -149,6 +149,17 @@ async def call(
     return sent
 
 
+def without_echo(sent: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``sent`` without the ``x-test-id`` header cvdiag echoes on the response start (pinned by
+    tests/test_middleware_echo.py): what else the client saw must be the bare app's."""
+    return [
+        {**m, "headers": [h for h in m.get("headers") or () if h[0] != b"x-test-id"]}
+        if m["type"] in ("http.response.start", "websocket.accept")
+        else m
+        for m in sent
+    ]
+
+
 # --- reading what was emitted --------------------------------------------------------------------
 
 
