@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cvdiag.demo import FAKE_API_KEY, SCENARIOS
+from cvdiag.cli.demo import FAKE_API_KEY, SCENARIOS
 
 
 def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:

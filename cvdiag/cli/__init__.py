@@ -16,9 +16,15 @@ from cvdiag.cli import output
 from cvdiag.cli.output import Failure, UsageError, error, silence_stdout
 
 
+def _demo(args: argparse.Namespace) -> int:
+    # Imported only when asked for: the demo brings the emitter, the sinks and a server.
+    from cvdiag.cli.demo import demo
+
+    return demo(args)
+
+
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
     from cvdiag.cli import commands, listing, tail
-    from cvdiag.cli.demo import demo
 
     return {
         "grep": commands.grep,
@@ -28,7 +34,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
         "tail": tail.tail,
         "stats": commands.stats,
         "validate": commands.validate_command,
-        "demo": demo,
+        "demo": _demo,
     }
 
 

@@ -1,15 +1,349 @@
-"""``cvdiag demo``: see ``cvdiag.demo``."""
+"""``cvdiag demo``: an instrumented agent backend, five conversations, and what cvdiag says.
+
+Everything runs in this process on a free loopback port: a Starlette app with
+``CvdiagMiddleware``, an agent turn (``agent_scope``) around a fake streaming LLM (``llm_call``),
+cvdiag at the debug tier writing envelopes to a log file (``cvdiag-demo.log`` in the current
+directory unless told otherwise), and clients that drive a healthy chat, a slow LLM call
+(heartbeats), a client that hangs up mid-stream, an LLM error whose message carries a fake API
+key (scrubbed), and a WebSocket chat. Each envelope is shown as ``cvdiag tail`` shows it; after
+each conversation the demo prints the test id's replay and class, read back from that log
+exactly as the ``cvdiag replay`` and ``cvdiag classify`` commands it prints would read it.
+
+The server and clients (uvicorn, httpx, websockets) are the ``demo`` extra, not runtime
+dependencies of cvdiag.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from cvdiag.analysis import classify, timeline
+from cvdiag.analysis.reading import Input, Record, records
 from cvdiag.cli.output import NOTHING, USAGE, Failure
+from cvdiag.emitter import configure, flush
+from cvdiag.schema import Tier
+from cvdiag.settings import Settings
+from cvdiag.sinks import FileSink, MemorySink
+
+#: Where the demo writes its log, relative to the current directory.
+DEMO_LOG: Final = "cvdiag-demo.log"
+
+if TYPE_CHECKING:
+    import httpx
+    from starlette.applications import Starlette
+
+#: Looks like an OpenAI key, so the scrubber must catch it; it is not a real credential.
+FAKE_API_KEY: Final = "sk-demo-" + "Zx81Qe0Lk3Tu7Wd2"
+SLOW_LLM_S: Final = 1.5
+HEARTBEAT_S: Final = 0.2
+#: The slow scenario is classified with this first-token timeout (the default is 60 s).
+DEMO_FIRST_TOKEN_TIMEOUT: Final = 1.0
+TOKENS: Final = ("Hello", "!", " How", " can", " I", " help", "?")
+
+
+class DemoUnavailable(Exception):
+    """The demo's server or clients are not installed."""
+
+
+class DemoFailed(Exception):
+    """A scenario did not get the class it shows off (a bug, or a machine far too slow)."""
+
+
+# --- the example backend ------------------------------------------------------------------
+
+
+async def fake_llm(mode: str) -> list[str]:
+    """A fake LLM call: quick, slow (heartbeats while it waits), or failing with a key in its
+    error message, the way provider SDKs sometimes echo credentials."""
+    from cvdiag.scopes import llm_call
+
+    async with llm_call(
+        "fake", "fake-chat-1", prompt_token_count_estimate=12, heartbeat_interval=HEARTBEAT_S
+    ) as call:
+        if mode == "slow":
+            await asyncio.sleep(SLOW_LLM_S)
+        elif mode == "error":
+            raise PermissionError(f"401 from provider: invalid api key {FAKE_API_KEY}")
+        tokens = list(TOKENS) * (6 if mode == "long" else 1)
+        call.record_response(len(tokens))
+        return tokens
+
+
+def build_app() -> Starlette:
+    """The example agent backend: SSE chat on ``POST /chat``, WebSocket chat on ``/ws``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route, WebSocketRoute
+    from starlette.websockets import WebSocket
+
+    from cvdiag.middleware import CvdiagMiddleware
+    from cvdiag.scopes import agent_scope
+
+    async def chat(request: Request) -> Response:
+        mode = request.query_params.get("mode", "ok")
+        if mode == "error":
+            try:
+                async with agent_scope("demo-agent", model_id="fake-chat-1"):
+                    await fake_llm(mode)
+            except PermissionError:
+                return JSONResponse({"error": "the model provider refused the call"}, 502)
+
+        async def stream() -> AsyncIterator[str]:
+            async with agent_scope("demo-agent", model_id="fake-chat-1"):
+                for token in await fake_llm(mode):
+                    data = json.dumps({"type": "TEXT_MESSAGE_CONTENT", "delta": token})
+                    yield f"event: TEXT_MESSAGE_CONTENT\ndata: {data}\n\n"
+                    await asyncio.sleep(0.03 if mode == "long" else 0.002)
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def ws_chat(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.receive_text()
+        async with agent_scope("demo-agent", model_id="fake-chat-1"):
+            for token in await fake_llm("ok"):
+                await websocket.send_text(
+                    json.dumps({"type": "TEXT_MESSAGE_CONTENT", "delta": token})
+                )
+        await websocket.close(1000)
+
+    app = Starlette(routes=[Route("/chat", chat, methods=["POST"]), WebSocketRoute("/ws", ws_chat)])
+    app.add_middleware(CvdiagMiddleware, slug="demo")
+    return app
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """uvicorn in a thread on a free loopback port; yields the base URL."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="cvdiag-demo-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise DemoUnavailable("the demo server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+# --- the scenarios ------------------------------------------------------------------------
+
+
+def _sse(client: httpx.Client, test_id: str, mode: str, *, stop_after: int | None = None) -> None:
+    with client.stream(
+        "POST", f"/chat?mode={mode}", headers={"x-test-id": test_id}, json={"message": "hi"}
+    ) as response:
+        events = 0
+        for line in response.iter_lines():
+            events += line.startswith("data:")
+            if stop_after is not None and events >= stop_after:
+                return  # hang up mid-stream: leaving the block closes the connection
+
+
+def _error(client: httpx.Client, test_id: str) -> None:
+    client.post("/chat?mode=error", headers={"x-test-id": test_id}, json={"message": "hi"})
+
+
+def _websocket(base: str, test_id: str) -> None:
+    from websockets.sync.client import connect
+
+    with connect(
+        base.replace("http://", "ws://") + "/ws", additional_headers={"x-test-id": test_id}
+    ) as ws:
+        ws.send(json.dumps({"message": "hi"}))
+        try:
+            while True:
+                ws.recv(timeout=5)
+        except Exception:  # noqa: S110 - the server closing the socket ends the chat
+            pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    title: str
+    test_id: str
+    what: str
+    drive: Callable[[httpx.Client, str, str], None]
+    #: The class this scenario shows off; the demo fails (exit 1) if cvdiag says otherwise.
+    expected: str
+    first_token_timeout: float = classify.DEFAULT_FIRST_TOKEN_TIMEOUT
+
+
+SCENARIOS: Final = (
+    Scenario(
+        "healthy chat",
+        "demo-1-healthy-chat",
+        "POST /chat: the agent calls the LLM and streams its answer as SSE",
+        lambda client, base, tid: _sse(client, tid, "ok"),
+        "healthy",
+    ),
+    Scenario(
+        "slow LLM call",
+        "demo-2-slow-llm",
+        f"the LLM takes {SLOW_LLM_S:g} s; heartbeats every {HEARTBEAT_S:g} s while it is"
+        f" outstanding (classified with a {DEMO_FIRST_TOKEN_TIMEOUT:g} s first-token timeout)",
+        lambda client, base, tid: _sse(client, tid, "slow"),
+        "slow-first-token",
+        DEMO_FIRST_TOKEN_TIMEOUT,
+    ),
+    Scenario(
+        "client abort",
+        "demo-3-client-abort",
+        "the client hangs up after three events of a long answer",
+        lambda client, base, tid: _sse(client, tid, "long", stop_after=3),
+        "client-abort",
+    ),
+    Scenario(
+        "error with an API key",
+        "demo-4-llm-error",
+        "the LLM call fails with the API key in its message; the envelope carries it scrubbed",
+        lambda client, base, tid: _error(client, tid),
+        "backend-error",
+    ),
+    Scenario(
+        "WebSocket chat",
+        "demo-5-websocket",
+        "the same agent over a WebSocket (/ws)",
+        lambda client, base, tid: _websocket(base, tid),
+        "healthy",
+    ),
+)
+
+
+def _records(log: str, test_id: str) -> list[Record]:
+    """The test id's envelopes read back from the log, exactly as ``cvdiag`` reads it."""
+    flush()
+    with open(log, "rb") as file:
+        return list(records(Input(log, file), lambda problem: None, test_id=test_id))
+
+
+def _wait_until_ended(memory: MemorySink, test_id: str, timeout: float = 10.0) -> None:
+    """A request can end after its client has gone: wait for its terminal and its agent's exit."""
+    wanted = {"backend.agent.exit"}
+    ends = {"backend.response.complete", "backend.sse.aborted"}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = {e["boundary"] for e in list(memory.envelopes) if e["test_id"] == test_id}
+        if wanted <= seen and seen & ends:
+            return
+        time.sleep(0.02)
+
+
+def run(out: TextIO | None = None, log: str = DEMO_LOG) -> int:
+    """Run the demo, writing its envelopes to ``log`` (replaced if it exists); returns 0 when
+    every scenario got the class it shows off."""
+    from cvdiag.cli.style import safe  # late: the demo imports the CLI, not the reverse
+    from cvdiag.cli.tail import render
+
+    stream = out if out is not None else sys.stdout
+    try:
+        open(log, "wb").close()  # a fresh log: the commands the demo prints read only this run
+    except OSError as exc:
+        raise DemoUnavailable(
+            f"cannot write {log}: {exc.strerror or exc}; try --log PATH"
+        ) from None
+    try:
+        import httpx
+        import uvicorn  # noqa: F401 - checked here, used by serve()
+        import websockets  # noqa: F401 - checked here, used by _websocket()
+    except ImportError as exc:
+        raise DemoUnavailable(
+            f"the demo needs uvicorn, httpx and websockets ({exc.name} is missing):"
+            " pip install 'cvdiag[demo]'"
+        ) from None
+
+    def say(text: str = "") -> None:
+        flush()  # envelopes queued so far come first
+        stream.write(text.rstrip() + "\n")
+        stream.flush()
+
+    memory = MemorySink()
+    # Code-given settings are trusted: the debug tier whatever the environment label says.
+    configure(
+        Settings(enabled=True, tier=Tier.DEBUG, heartbeat_interval=HEARTBEAT_S),
+        sinks=[FileSink(log), memory],
+    )
+    name = log if " " not in log else repr(log)
+    verdicts: list[tuple[Scenario, classify.Verdict]] = []
+    try:
+        with serve(build_app()) as base, httpx.Client(base_url=base, timeout=30) as client:
+            say(f"cvdiag demo: an example agent backend on {base}, cvdiag at the debug tier")
+            say(f"(its envelopes go to {name}; each is shown below as 'cvdiag tail' shows it)")
+            for number, scenario in enumerate(SCENARIOS, 1):
+                say()
+                say(f"=== {number}/{len(SCENARIOS)} {scenario.title}: {scenario.what}")
+                say(f"    test id {scenario.test_id} (sent as the x-test-id header)")
+                scenario.drive(client, base, scenario.test_id)
+                _wait_until_ended(memory, scenario.test_id)
+                found = _records(log, scenario.test_id)
+                for record in found:
+                    say(f"  {safe(render(record.envelope)[0])}")
+                say()
+                say(f"$ cvdiag replay {scenario.test_id} {name}")
+                for line in timeline.render(timeline.build(scenario.test_id, found)):
+                    say(f"  {line}")
+                verdict = classify.classify(
+                    classify.gather(scenario.test_id, found),
+                    first_token_timeout=scenario.first_token_timeout,
+                )
+                verdicts.append((scenario, verdict))
+                option = (
+                    f" --first-token-timeout {scenario.first_token_timeout:g}"
+                    if scenario.first_token_timeout != classify.DEFAULT_FIRST_TOKEN_TIMEOUT
+                    else ""
+                )
+                say(f"$ cvdiag classify {scenario.test_id} {name}{option}")
+                say(f"  {verdict.flap_class}: {verdict.reason}")
+    finally:
+        flush()
+        configure(Settings(), sinks=[MemorySink()])
+    say()
+    say("=== summary")
+    width = max(len(s.title) for s, _ in verdicts)
+    for scenario, verdict in verdicts:
+        mark = (
+            "" if verdict.flap_class == scenario.expected else f"  (expected {scenario.expected})"
+        )
+        say(f"  {scenario.title:<{width}}  {scenario.test_id:<22}  {verdict.flap_class}{mark}")
+    say()
+    where = os.path.abspath(log)
+    say(f"Every envelope above is in {name} ({where}). Try:")
+    say(f"  cvdiag ls {name}")
+    say(f"  cvdiag replay {SCENARIOS[0].test_id} {name}")
+    say(f"  cvdiag classify {SCENARIOS[2].test_id} {name}")
+    say()
+    say("On your own backend: app.add_middleware(CvdiagMiddleware), set the environment variable")
+    say("CVDIAG_BACKEND_EMITTER=1, run it with '| tee app.log', and read it live with")
+    say("'| cvdiag tail', or afterwards with: cvdiag ls|replay|classify ... app.log")
+    wrong = [s.title for s, v in verdicts if v.flap_class != s.expected]
+    if wrong or len(verdicts) != len(SCENARIOS):
+        raise DemoFailed(f"unexpected classes for: {', '.join(wrong) or 'missing scenarios'}")
+    return 0
 
 
 def demo(args: argparse.Namespace) -> int:
-    from cvdiag.demo import DemoFailed, DemoUnavailable, run
-
+    """The ``cvdiag demo`` command: ``run`` with its failures as the command's error lines."""
     try:
         return run(log=args.log)
     except DemoUnavailable as exc:

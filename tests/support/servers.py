@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cvdiag.demo import serve
+from cvdiag.cli.demo import serve
 
 
 def free_port() -> int:
