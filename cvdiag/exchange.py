@@ -102,6 +102,11 @@ class Exchange:
         self.state = RequestState()
         #: The request's envelopes from templates (False: not made yet; None: use ``emit``).
         self.request_lines: RequestLines | Literal[False] | None = False
+        self.setup()
+
+    def setup(self) -> None:
+        """The kind of exchange's own state: HTTP and WebSocket set theirs here, so neither
+        repeats the constructor."""
 
     # -- boundaries ------------------------------------------------------------------------
 

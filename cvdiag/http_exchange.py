@@ -13,10 +13,8 @@ import zlib
 from collections.abc import Awaitable
 from typing import Any, Final
 
-from starlette.types import Message, Receive, Send
+from starlette.types import Message
 
-from cvdiag.context import RequestContext
-from cvdiag.emitter import Emitter
 from cvdiag.exchange import Exchange
 from cvdiag.headers import content_length
 from cvdiag.sse import SSECounter, SSEParser
@@ -59,17 +57,7 @@ class HTTPExchange(Exchange):
         "streaming",
     )
 
-    def __init__(
-        self,
-        emitter: Emitter,
-        ctx: RequestContext,
-        receive: Receive,
-        send: Send,
-        start: float,
-        allow_first_byte: bool,
-        allow_events: bool,
-    ) -> None:
-        super().__init__(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+    def setup(self) -> None:
         self.body_done = False
         self.streaming = False  # some body message said more_body=True
         #: Mid-stream chunks not looked at yet (immutable ``bytes`` only: an app could reuse a

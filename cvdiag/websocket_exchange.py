@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Final
 
-from starlette.types import Message, Receive, Send
+from starlette.types import Message
 
-from cvdiag.context import RequestContext
-from cvdiag.emitter import Emitter
 from cvdiag.exchange import Exchange
 from cvdiag.sse import json_type
 
@@ -28,17 +26,7 @@ class WebSocketExchange(Exchange):
 
     __slots__ = ("close_code",)
 
-    def __init__(
-        self,
-        emitter: Emitter,
-        ctx: RequestContext,
-        receive: Receive,
-        send: Send,
-        start: float,
-        allow_first_byte: bool,
-        allow_events: bool,
-    ) -> None:
-        super().__init__(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+    def setup(self) -> None:
         self.close_code: int | None = None
 
     async def receive(self) -> Message:
