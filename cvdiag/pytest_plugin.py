@@ -6,6 +6,7 @@ Registered through the ``pytest11`` entry point, so installing cvdiag is enough.
 from __future__ import annotations
 
 import asyncio
+import collections
 import difflib
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -16,20 +17,51 @@ import pytest
 from cvdiag import emitter as _emitter_module
 from cvdiag.context import _CURRENT
 from cvdiag.emitter import Emitter
+from cvdiag.schema import Tier
 from cvdiag.settings import Settings
 from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
 
 Envelope = Mapping[str, Any]
 _LOG_KEY = pytest.StashKey[FileSink]()
-_EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()
+#: Where a test's ``CvdiagEvents`` is kept on its item (the failure report reads it).
+EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()
 
 
 class CvdiagEvents:
-    """The envelopes emitted during one test, in emit order."""
+    """The envelopes emitted during one test, in emit order.
 
-    def __init__(self, sink: MemorySink, emitter: Emitter) -> None:
+    Call it to capture with other settings from then on — a tier chosen by a test parameter, a
+    setting a marker cannot carry: ``cvdiag_events("verbose", debug_max_envelopes=10)``.
+    """
+
+    def __init__(self, sink: MemorySink, emitter: Emitter, sinks: Sequence[Sink] = ()) -> None:
         self._sink = sink
+        self._sinks = tuple(sinks) or (sink,)
         self.emitter = emitter
+
+    def __call__(self, tier: Tier | str = Tier.DEBUG, **settings: Any) -> CvdiagEvents:
+        """Capture from now on with ``Settings(enabled=True, tier=tier, **settings)``, starting
+        from no envelopes; returns this object. The test's process-wide emitter is replaced
+        (and restored with the rest after the test)."""
+        try:
+            configured = Settings(enabled=True, tier=tier, **settings)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            pytest.fail(f"cvdiag_events(...): {exc}", pytrace=False)
+        self.emitter.flush()
+        self.emitter = Emitter(configured, sinks=list(self._sinks))
+        _emitter_module._install(self.emitter)
+        self._sink.clear()
+        return self
+
+    @property
+    def envelopes(self) -> collections.deque[Envelope]:
+        """The captured envelopes themselves (live: they grow as the test emits)."""
+        return self._sink.envelopes
+
+    @property
+    def lines(self) -> collections.deque[bytes]:
+        """Each captured envelope's ``CVDIAG`` line as written, without the prefix."""
+        return self._sink.lines
 
     def all(self) -> list[Envelope]:
         # list() of a deque copies it in C without releasing the GIL: a consistent snapshot
@@ -157,12 +189,12 @@ def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
     emitter = Emitter(settings, sinks=sinks)
     _emitter_module._install(emitter)
     token = _CURRENT.set(None)
-    events = CvdiagEvents(memory, emitter)
-    request.node.stash[_EVENTS_KEY] = events
+    events = CvdiagEvents(memory, emitter, sinks)
+    request.node.stash[EVENTS_KEY] = events
     try:
         yield events
     finally:
-        emitter.flush()
+        events.emitter.flush()
         _CURRENT.reset(token)
         _emitter_module._install(previous)  # type: ignore[arg-type]
 
@@ -173,7 +205,7 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Add the replay of what a failed test emitted to its report."""
     report = yield
-    events = item.stash.get(_EVENTS_KEY, None)
+    events = item.stash.get(EVENTS_KEY, None)
     if events is not None and report.failed and call.when == "call":
         report.sections.append(("cvdiag replay", _replay(events.all())))
     return report

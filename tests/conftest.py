@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cvdiag import MemorySink, Settings, configure
-from cvdiag.schema import Tier
+from cvdiag.pytest_plugin import EVENTS_KEY
 
 pytest_plugins = ["pytester"]
 
@@ -17,33 +16,22 @@ REFERENCE = Path(__file__).resolve().parent / "data"
 V1_TERMINATION_KINDS = frozenset({"rst", "timeout", "chunk_error", "fin_premature"})
 
 
-@pytest.fixture
-def capture() -> Iterator[Callable[..., MemorySink]]:
-    """``capture(tier="debug", **settings)``: enable the process-wide emitter into memory.
-
-    The emitter is reset to disabled afterwards, so tests stay isolated.
-    """
-
-    sinks: list[MemorySink] = []
-
-    def start(tier: Tier | str = Tier.DEBUG, **options: object) -> MemorySink:
-        sink = MemorySink()
-        sinks.append(sink)
-        configure(Settings(enabled=True, tier=tier, **options), sinks=[sink])  # type: ignore[arg-type]
-        return sink
-
-    yield start
-    configure(Settings(), sinks=[MemorySink()])
-    # Every test that captures holds the wire to CVDIAG v1's termination kinds, and to one
-    # type per field: every duration is whole milliseconds.
-    for sink in sinks:
-        for envelope in list(sink.envelopes):
-            metadata = envelope.get("metadata") or {}
-            kind = metadata.get("termination_kind")
-            assert kind is None or kind in V1_TERMINATION_KINDS, envelope
-            for key, value in metadata.items():
-                if key.endswith("_ms") or key.startswith("delta_ms"):
-                    assert value is None or type(value) is int, (key, envelope)
+@pytest.fixture(autouse=True)
+def _wire_stays_v1(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test that captures (the plugin's ``cvdiag_events``, which users also get) holds the
+    wire to CVDIAG v1's termination kinds, and to one type per field: every duration is whole
+    milliseconds."""
+    yield
+    events = request.node.stash.get(EVENTS_KEY, None)
+    if events is None:
+        return
+    for envelope in list(events.envelopes):
+        metadata = envelope.get("metadata") or {}
+        kind = metadata.get("termination_kind")
+        assert kind is None or kind in V1_TERMINATION_KINDS, envelope
+        for key, value in metadata.items():
+            if key.endswith("_ms") or key.startswith("delta_ms"):
+                assert value is None or type(value) is int, (key, envelope)
 
 
 @pytest.fixture

@@ -97,6 +97,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from cvdiag.pytest_plugin import CvdiagEvents
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest depends on tomli before 3.11
@@ -123,8 +125,6 @@ TERMINALS = {"backend.response.complete", "backend.sse.aborted", "backend.error.
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[^\n]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
 NOTE = re.compile(r"<!--\s*(.*?)\s*-->\s*\Z", re.S)
 FASTAPI_DOC_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-
-Capture = Callable[..., MemorySink]
 
 
 # --- reading the pages ---------------------------------------------------------------------
@@ -411,13 +411,13 @@ class Page:
         page: Path,
         workdir: Path,
         resources: Resources,
-        capture: Capture,
+        cvdiag_events: CvdiagEvents,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         self.page = page
         self.workdir = workdir
         self.resources = resources
-        self.capture = capture
+        self.capture = cvdiag_events
         self.monkeypatch = monkeypatch
         self.server: Server | None = None
         self.app: Any = None  # the ASGI app of the latest python block
@@ -812,10 +812,10 @@ def test_every_block_of_the_page_runs(
     page: Path,
     tmp_path: Path,
     resources: Resources,
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    Page(page, tmp_path, resources, capture, monkeypatch).run()
+    Page(page, tmp_path, resources, cvdiag_events, monkeypatch).run()
 
 
 def test_every_block_declares_a_language_this_test_knows() -> None:

@@ -17,9 +17,9 @@ import pytest
 
 from cvdiag import LLMCall, MemorySink, llm_call
 from cvdiag.heartbeat import HeartbeatScheduler, scheduler
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.requests import of
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 
 
@@ -48,9 +48,9 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def test_async_heartbeats_at_the_interval_and_none_after_the_response(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.05)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.05)
     async with llm_call("openai", "gpt-4o") as call:
         await asyncio.sleep(0.3)
     response = of(sink, "backend.llm.call.response")[0]
@@ -63,8 +63,8 @@ async def test_async_heartbeats_at_the_interval_and_none_after_the_response(
     assert list(sink.envelopes)[-1] is response
 
 
-def test_sync_heartbeats_from_a_worker_thread(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=0.05)
+def test_sync_heartbeats_from_a_worker_thread(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=0.05)
     calls: list[LLMCall] = []
 
     def blocking_call() -> None:
@@ -79,17 +79,19 @@ def test_sync_heartbeats_from_a_worker_thread(capture: Capture) -> None:
     assert_cadence(beats_of(sink, calls[0]), response["metadata"]["latency_ms"], 0.05)
 
 
-def test_the_per_call_interval_overrides_the_setting(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_the_per_call_interval_overrides_the_setting(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with llm_call("openai", "m", heartbeat_interval=0.05) as fast:
         time.sleep(0.3)
     response = of(sink, "backend.llm.call.response")[0]
     assert_cadence(beats_of(sink, fast), response["metadata"]["latency_ms"], 0.05)
 
 
-def test_heartbeats_outlive_the_event_loop_that_started_the_call(capture: Capture) -> None:
+def test_heartbeats_outlive_the_event_loop_that_started_the_call(
+    cvdiag_events: CvdiagEvents,
+) -> None:
     """The scheduler never touches the caller's loop: a closed loop cannot silence it."""
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     call = llm_call("openai", "m")
     context = contextvars.copy_context()
 
@@ -102,9 +104,9 @@ def test_heartbeats_outlive_the_event_loop_that_started_the_call(capture: Captur
     assert of(sink, "backend.llm.call.response")
 
 
-def test_no_heartbeat_ever_follows_its_response(capture: Capture) -> None:
+def test_no_heartbeat_ever_follows_its_response(cvdiag_events: CvdiagEvents) -> None:
     """Calls ending while their beat is being emitted: the lock keeps the order."""
-    sink = capture("verbose", heartbeat_interval=0.001)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.001)
     calls = [llm_call("openai", "m") for _ in range(200)]
     for call in calls:
         call.__enter__()
@@ -123,19 +125,20 @@ def test_no_heartbeat_ever_follows_its_response(capture: Capture) -> None:
 
 
 async def test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.2)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.2)
     async with llm_call("openai", "warm-up"):  # the scheduler thread exists from here on
         pass
-    tasks_before = len(asyncio.all_tasks())
-    threads_before = threading.active_count()
+    # Sets, not counts: a thread another test left behind may end meanwhile; none may start.
+    tasks_before = asyncio.all_tasks()
+    threads_before = set(threading.enumerate())
     outstanding_before = scheduler().outstanding
     n = 10_000
     async with contextlib.AsyncExitStack() as stack:
         calls = [await stack.enter_async_context(llm_call("openai", "m")) for _ in range(n)]
-        assert len(asyncio.all_tasks()) == tasks_before
-        assert threading.active_count() == threads_before
+        assert not asyncio.all_tasks() - tasks_before
+        assert not set(threading.enumerate()) - threads_before
         assert scheduler().outstanding == outstanding_before + n
         beating: set[str | None] = set()
         deadline = time.monotonic() + 30
@@ -144,8 +147,8 @@ async def test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread(
             await asyncio.sleep(0.05)
             beating = {env["parent_span_id"] for env in of(sink, "backend.llm.call.heartbeat")}
         assert beating == {call.span_id for call in calls}
-        assert len(asyncio.all_tasks()) == tasks_before
-        assert threading.active_count() == threads_before
+        assert not asyncio.all_tasks() - tasks_before
+        assert not set(threading.enumerate()) - threads_before
     assert scheduler().outstanding == outstanding_before
     assert len(of(sink, "backend.llm.call.response")) == n + 1
     settled = len(sink.envelopes)

@@ -33,12 +33,12 @@ from cvdiag import (
     instrument_httpx,
     llm_call,
 )
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.fake_provider import FakeProvider
 from tests.support.requests import in_request as request_context
 from tests.support.requests import of, one
 from tests.support.servers import free_port, serve_uvicorn
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello"}]}
@@ -177,9 +177,9 @@ async def wait_for(sink: MemorySink, boundary: str, timeout: float = 10.0) -> li
 
 
 async def test_forwards_the_test_id_and_slug(
-    capture: Capture, make_client: Callable[..., Client], echo_url: str
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client], echo_url: str
 ) -> None:
-    capture("default")
+    cvdiag_events("default")
     client = make_client()
     with in_request():
         seen = (await client.request("GET", f"{echo_url}/echo")).json()["headers"]
@@ -195,9 +195,9 @@ async def test_forwards_the_test_id_and_slug(
 
 
 async def test_header_names_are_configurable(
-    capture: Capture, make_client: Callable[..., Client], echo_url: str
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client], echo_url: str
 ) -> None:
-    capture("default")
+    cvdiag_events("default")
     client = make_client(test_id_header="X-Run-Id", slug_header=None)
     with in_request():
         seen = (await client.request("POST", f"{echo_url}/echo")).json()["headers"]
@@ -210,9 +210,12 @@ async def test_header_names_are_configurable(
 
 
 async def test_headers_are_forwarded_even_when_llm_calls_are_not_recorded(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("default")  # llm.call.* are verbose-tier
+    sink = cvdiag_events("default")  # llm.call.* are verbose-tier
     with in_request():
         await make_client().request("POST", f"{base}/v1/chat/completions", json=CHAT)
     assert provider.requests[-1].test_id == "req-7"
@@ -223,9 +226,12 @@ async def test_headers_are_forwarded_even_when_llm_calls_are_not_recorded(
 
 
 async def test_a_json_chat_completion_is_one_llm_call(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     with in_request() as request:
         response = await make_client().request("POST", f"{base}/v1/chat/completions", json=CHAT)
     assert response.json()["usage"]["completion_tokens"] == provider.completion_tokens
@@ -244,9 +250,12 @@ async def test_a_json_chat_completion_is_one_llm_call(
 
 
 async def test_an_anthropic_message_is_recognized_by_its_path(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     with in_request(), agent_scope("claude-agent") as agent:
         await make_client().request("POST", f"{base}/v1/messages", json=MESSAGES)
     start = one(sink, "backend.llm.call.start")
@@ -271,7 +280,7 @@ async def test_an_anthropic_message_is_recognized_by_its_path(
     ids=["openai-with-usage", "openai-without-usage", "anthropic"],
 )
 async def test_a_streamed_answer_takes_its_tokens_from_the_usage_chunk(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
     make_client: Callable[..., Client],
     base: str,
     provider: FakeProvider,
@@ -279,7 +288,7 @@ async def test_a_streamed_answer_takes_its_tokens_from_the_usage_chunk(
     body: dict[str, Any],
     tokens: str | None,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     with in_request():
         chunks = await make_client().stream(f"{base}{path}", body)
     assert b"".join(chunks).count(b"data:") > provider.completion_tokens
@@ -290,9 +299,12 @@ async def test_a_streamed_answer_takes_its_tokens_from_the_usage_chunk(
 
 
 async def test_heartbeats_while_the_provider_thinks_and_none_after(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.05)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.05)
     provider.first_byte_delay = 0.3
     with in_request():
         await make_client().stream(f"{base}/v1/messages", {**MESSAGES, "stream": True})
@@ -307,9 +319,12 @@ async def test_heartbeats_while_the_provider_thinks_and_none_after(
 
 
 async def test_a_stream_closed_early_ends_its_call_once(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     provider.chunk_delay = 0.01
     with in_request():
         chunks = await make_client().stream(
@@ -326,11 +341,11 @@ async def test_a_stream_closed_early_ends_its_call_once(
 
 @pytest.mark.parametrize("library", ["httpx", "httpx2"])
 async def test_a_stream_closed_by_its_task_being_cancelled_ends_cancelled(
-    capture: Capture, base: str, provider: FakeProvider, library: str
+    cvdiag_events: CvdiagEvents, base: str, provider: FakeProvider, library: str
 ) -> None:
     # Pinned on every Python: 3.10 has no Task.cancelling(), and a backported task's counter
     # there is never lowered again, so the error in flight is what tells the two closes apart.
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     provider.chunk_delay = 0.05
     reading = asyncio.Event()
     client = Client(library, True)
@@ -359,13 +374,13 @@ async def test_a_stream_closed_by_its_task_being_cancelled_ends_cancelled(
 
 @pytest.mark.parametrize("chunks", [0, 1], ids=["unread", "read-one"])
 async def test_a_stream_dropped_unclosed_still_ends_its_call_once(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
     make_client: Callable[..., Client],
     base: str,
     provider: FakeProvider,
     chunks: int,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     provider.chunk_delay = 0.01
     with in_request():
         await make_client().drop_unclosed(
@@ -381,9 +396,12 @@ async def test_a_stream_dropped_unclosed_still_ends_its_call_once(
 
 
 async def test_an_error_status_is_a_failed_call(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     provider.fail_status = 429
     response = await make_client().request("POST", f"{base}/v1/chat/completions", json=CHAT)
     assert response.status_code == 429
@@ -392,9 +410,9 @@ async def test_an_error_status_is_a_failed_call(
 
 
 async def test_a_connection_error_propagates_and_ends_the_call(
-    capture: Capture, make_client: Callable[..., Client]
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client]
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     client = make_client()
     with pytest.raises(client.library.ConnectError):
         await client.request("POST", f"http://127.0.0.1:{free_port()}/v1/messages", json=MESSAGES)
@@ -403,9 +421,12 @@ async def test_a_connection_error_propagates_and_ends_the_call(
 
 
 async def test_a_read_timeout_is_outcome_timeout(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     provider.first_byte_delay = 1.0
     client = make_client(timeout=0.1)
     with pytest.raises(client.library.ReadTimeout):
@@ -415,9 +436,9 @@ async def test_a_read_timeout_is_outcome_timeout(
 
 
 async def test_other_requests_are_not_llm_calls(
-    capture: Capture, make_client: Callable[..., Client], base: str, echo_url: str
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client], base: str, echo_url: str
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     client = make_client()
     await client.request("GET", f"{base}/v1/chat/completions")  # not a POST
     await client.request("POST", f"{echo_url}/echo", json=CHAT)  # not an LLM path
@@ -425,9 +446,12 @@ async def test_other_requests_are_not_llm_calls(
 
 
 async def test_inside_a_hand_written_llm_call_the_client_fills_it_in(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     with in_request(), llm_call("openai", "gpt-4o-mini") as call:
         await make_client().stream(f"{base}/v1/messages", {**MESSAGES, "stream": True})
         assert call.first_chunk_at is not None
@@ -438,9 +462,9 @@ async def test_inside_a_hand_written_llm_call_the_client_fills_it_in(
 
 
 async def test_host_and_path_maps_are_configurable(
-    capture: Capture, make_client: Callable[..., Client], base: str, echo_url: str
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client], base: str, echo_url: str
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     port = base.rsplit(":", 1)[1]
     await make_client(llm_hosts={f"127.0.0.1:{port}": "openai"}).request(
         "POST", f"{base}/v1/chat/completions", json=CHAT
@@ -459,9 +483,9 @@ async def test_host_and_path_maps_are_configurable(
 
 
 async def test_a_streaming_upload_is_not_read_for_its_model(
-    capture: Capture, make_client: Callable[..., Client], base: str
+    cvdiag_events: CvdiagEvents, make_client: Callable[..., Client], base: str
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     client = make_client()
     body = b'{"model": "hidden", "messages": []}'
     if client.is_async:
@@ -483,9 +507,12 @@ async def test_a_streaming_upload_is_not_read_for_its_model(
 
 
 async def test_nothing_of_the_prompt_or_the_answer_is_recorded(
-    capture: Capture, make_client: Callable[..., Client], base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents,
+    make_client: Callable[..., Client],
+    base: str,
+    provider: FakeProvider,
 ) -> None:
-    sink = capture("debug")
+    sink = cvdiag_events("debug")
     provider.reply = "zebracompletion " * 5
     client = make_client()
     prompt = [{"role": "user", "content": "quokkaprompt"}]
@@ -529,9 +556,9 @@ def test_instrumenting_is_idempotent_and_covers_mounts(library: str) -> None:
 
 @pytest.mark.parametrize("library", ["httpx", "httpx2"])
 async def test_transport_classes_for_hand_built_clients(
-    capture: Capture, library: str, base: str, provider: FakeProvider
+    cvdiag_events: CvdiagEvents, library: str, base: str, provider: FakeProvider
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     lib = importlib.import_module(library)
     with in_request():
         with lib.Client(transport=CvdiagTransport(lib.HTTPTransport())) as client:
@@ -549,9 +576,9 @@ async def test_transport_classes_for_hand_built_clients(
 
 @pytest.mark.parametrize("library", ["httpx", "httpx2"])
 async def test_a_compressed_json_answer_is_decoded_for_its_usage(
-    capture: Capture, library: str
+    cvdiag_events: CvdiagEvents, library: str
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     fake = FakeProvider(reply="word " * 300)  # large enough to be compressed
     app = GZipMiddleware(fake.app, minimum_size=10)
     lib = importlib.import_module(library)

@@ -9,7 +9,7 @@ an ``x-test-id``; the test then reads what cvdiag wrote and what the providers s
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import anthropic
@@ -22,11 +22,11 @@ from fastapi.responses import StreamingResponse
 
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.schema_check import assert_valid
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 PROMPT = [{"role": "user", "content": "Say hello"}]
 
@@ -183,9 +183,9 @@ def assert_one_call_tree(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_openai_sdk(
-    capture: Capture, world: tuple[str, FakeProvider, FakeProvider], stream: bool
+    cvdiag_events: CvdiagEvents, world: tuple[str, FakeProvider, FakeProvider], stream: bool
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     app_url, for_openai, _ = world
     test_id, response = call(app_url, "POST", f"/openai?stream={str(stream).lower()}")
     assert response.json()["text"].split() == for_openai.words
@@ -203,9 +203,9 @@ def test_openai_sdk(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_anthropic_sdk(
-    capture: Capture, world: tuple[str, FakeProvider, FakeProvider], stream: bool
+    cvdiag_events: CvdiagEvents, world: tuple[str, FakeProvider, FakeProvider], stream: bool
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     app_url, _, for_anthropic = world
     test_id, response = call(app_url, "POST", f"/anthropic?stream={str(stream).lower()}")
     assert response.json()["text"].split() == for_anthropic.words
@@ -221,9 +221,9 @@ def test_anthropic_sdk(
 
 
 def test_a_streamed_agent_turn_relayed_as_sse(
-    capture: Capture, world: tuple[str, FakeProvider, FakeProvider]
+    cvdiag_events: CvdiagEvents, world: tuple[str, FakeProvider, FakeProvider]
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     app_url, for_openai, _ = world
     test_id, response = call(app_url, "GET", "/relay")
     assert response.text.count("data:") == for_openai.completion_tokens
@@ -238,9 +238,9 @@ def test_a_streamed_agent_turn_relayed_as_sse(
 
 
 def test_a_sync_handler_in_the_threadpool(
-    capture: Capture, world: tuple[str, FakeProvider, FakeProvider]
+    cvdiag_events: CvdiagEvents, world: tuple[str, FakeProvider, FakeProvider]
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     app_url, for_openai, _ = world
     test_id, _ = call(app_url, "POST", "/sync")
     assert_one_call_tree(
@@ -254,9 +254,9 @@ def test_a_sync_handler_in_the_threadpool(
 
 
 def test_an_abandoned_sdk_stream_ends_its_call_once(
-    capture: Capture, world: tuple[str, FakeProvider, FakeProvider]
+    cvdiag_events: CvdiagEvents, world: tuple[str, FakeProvider, FakeProvider]
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     app_url, for_openai, _ = world
     test_id, _ = call(app_url, "POST", "/abandon")
     envelopes = story(sink, test_id)

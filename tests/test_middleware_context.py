@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Annotated
 
 import pytest
 from fastapi import BackgroundTasks, Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from cvdiag import CvdiagMiddleware, MemorySink, RequestContext, current_context
+from cvdiag import CvdiagMiddleware, RequestContext, current_context
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.test_middleware_support import CLIENTS, check_all, only, serve, wait_for
-
-Capture = Callable[..., MemorySink]
-
 
 #: What each place saw: its context and the thread it ran on. Reset by ``context_app``.
 SEEN: dict[str, tuple[RequestContext | None, str]] = {}
@@ -69,8 +66,10 @@ def context_app() -> tuple[FastAPI, dict[str, tuple[RequestContext | None, str]]
 
 
 @pytest.mark.parametrize("client", ["httpx", "httpx2"])
-def test_context_reaches_sync_code_and_background_tasks(capture: Capture, client: str) -> None:
-    sink = capture("verbose")
+def test_context_reaches_sync_code_and_background_tasks(
+    cvdiag_events: CvdiagEvents, client: str
+) -> None:
+    sink = cvdiag_events("verbose")
     app, seen = context_app()
     test_id = new_uuid7()
     lib = CLIENTS[client]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,8 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from cvdiag import CvdiagMiddleware, MemorySink, current_context, emit
+from cvdiag import CvdiagMiddleware, current_context, emit
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.test_middleware_support import (
     CLIENTS,
     FAKE_KEY,
@@ -31,15 +31,14 @@ from tests.test_middleware_support import (
     wait_terminal,
 )
 
-Capture = Callable[..., MemorySink]
 servers = pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
 clients = pytest.mark.parametrize("client", ["httpx", "httpx2"])
 
 
 @servers
 @clients
-def test_happy_sse_stream(capture: Capture, server: str, client: str) -> None:
-    sink = capture("debug")
+def test_happy_sse_stream(cvdiag_events: CvdiagEvents, server: str, client: str) -> None:
+    sink = cvdiag_events("debug")
     test_id = new_uuid7()
     lib = CLIENTS[client]
     with serve(server, make_app()) as url, lib.Client(timeout=10) as http:
@@ -64,8 +63,10 @@ def test_happy_sse_stream(capture: Capture, server: str, client: str) -> None:
 
 @servers
 @clients
-def test_client_reads_two_chunks_and_closes(capture: Capture, server: str, client: str) -> None:
-    sink = capture("default")
+def test_client_reads_two_chunks_and_closes(
+    cvdiag_events: CvdiagEvents, server: str, client: str
+) -> None:
+    sink = cvdiag_events("default")
     lib = CLIENTS[client]
     with serve(server, make_app()) as url, lib.Client(timeout=10) as http:
         with http.stream("GET", f"{url}/chat/sse?n=100000&delay=0.002") as response:
@@ -83,8 +84,10 @@ def test_client_reads_two_chunks_and_closes(capture: Capture, server: str, clien
 
 @servers
 @clients
-def test_stream_that_raises_after_two_events(capture: Capture, server: str, client: str) -> None:
-    sink = capture("debug")
+def test_stream_that_raises_after_two_events(
+    cvdiag_events: CvdiagEvents, server: str, client: str
+) -> None:
+    sink = cvdiag_events("debug")
     lib = CLIENTS[client]
     with serve(server, make_app()) as url, lib.Client(timeout=10) as http:
         body = b""
@@ -109,8 +112,10 @@ def test_stream_that_raises_after_two_events(capture: Capture, server: str, clie
 
 @servers
 @clients
-def test_endpoint_that_raises_before_responding(capture: Capture, server: str, client: str) -> None:
-    sink = capture("debug")
+def test_endpoint_that_raises_before_responding(
+    cvdiag_events: CvdiagEvents, server: str, client: str
+) -> None:
+    sink = cvdiag_events("debug")
     lib = CLIENTS[client]
     with serve(server, make_app()) as url, lib.Client(timeout=10) as http:
         response = http.get(f"{url}/chat/raises")
@@ -143,8 +148,10 @@ async def _agui(request: Request) -> Response:
 
 @servers
 @clients
-def test_sse_starlette_event_source_response(capture: Capture, server: str, client: str) -> None:
-    sink = capture("debug")
+def test_sse_starlette_event_source_response(
+    cvdiag_events: CvdiagEvents, server: str, client: str
+) -> None:
+    sink = cvdiag_events("debug")
     app = Starlette(routes=[Route("/agui", _agui)])
     app.add_middleware(CvdiagMiddleware)
     lib = CLIENTS[client]
@@ -191,9 +198,9 @@ async def _item(request: Request) -> Response:
 @servers
 @clients
 def test_200_concurrent_requests_keep_their_own_test_ids(
-    capture: Capture, server: str, client: str
+    cvdiag_events: CvdiagEvents, server: str, client: str
 ) -> None:
-    sink = capture("debug")
+    sink = cvdiag_events("debug")
     app = Starlette(routes=[Route("/item/{n:int}", _item)])
     app.add_middleware(CvdiagMiddleware)
     lib = CLIENTS[client]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -12,15 +10,17 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from cvdiag import CvdiagMiddleware, MemorySink, Settings, configure
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.test_middleware_support import CLIENTS, check_all, make_app, serve, wait_terminal
 
-Capture = Callable[..., MemorySink]
 clients = pytest.mark.parametrize("client", ["httpx", "httpx2"])
 
 
 @clients
-def test_a_minted_and_an_adopted_test_id_come_back(capture: Capture, client: str) -> None:
-    sink = capture("default")
+def test_a_minted_and_an_adopted_test_id_come_back(
+    cvdiag_events: CvdiagEvents, client: str
+) -> None:
+    sink = cvdiag_events("default")
     lib = CLIENTS[client]
     with serve("uvicorn", make_app()) as url, lib.Client(timeout=10) as http:
         minted = http.get(f"{url}/chat/sse?n=2")
@@ -34,8 +34,10 @@ def test_a_minted_and_an_adopted_test_id_come_back(capture: Capture, client: str
     assert envelopes
 
 
-def test_the_header_follows_test_id_headers_and_can_be_turned_off(capture: Capture) -> None:
-    capture("default")
+def test_the_header_follows_test_id_headers_and_can_be_turned_off(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    cvdiag_events("default")
 
     async def hello(request: Request) -> Response:
         return PlainTextResponse("hi")
@@ -56,8 +58,8 @@ def test_the_header_follows_test_id_headers_and_can_be_turned_off(capture: Captu
         assert "x-test-id" not in http.get(url + "/").headers
 
 
-def test_an_app_that_sets_the_header_keeps_its_own(capture: Capture) -> None:
-    capture("default")
+def test_an_app_that_sets_the_header_keeps_its_own(cvdiag_events: CvdiagEvents) -> None:
+    cvdiag_events("default")
 
     async def own(request: Request) -> Response:
         return PlainTextResponse("hi", headers={"X-Test-Id": "app-chosen"})
@@ -75,8 +77,8 @@ def test_disabled_adds_nothing() -> None:
         assert "x-test-id" not in http.get(f"{url}/chat/sse?n=1").headers
 
 
-def test_a_websocket_handshake_carries_it(capture: Capture) -> None:
-    sink = capture("default")
+def test_a_websocket_handshake_carries_it(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     async def chat(websocket: WebSocket) -> None:
         await websocket.accept()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
 
 import pytest
 
-from cvdiag import MemorySink
+from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema import EDGE_VALUE_MAX
 from tests.test_middleware_support import (
     FAKE_KEY,
@@ -23,7 +22,6 @@ from tests.test_middleware_support import (
     without_echo,
 )
 
-Capture = Callable[..., MemorySink]
 MEGABYTE = 1024 * 1024
 TEST_ID = re.compile(r"[a-z0-9._-]{1,128}")
 
@@ -56,13 +54,13 @@ HOSTILE: dict[str, list[tuple[bytes, bytes]]] = {
 @pytest.mark.parametrize("case", list(HOSTILE))
 @pytest.mark.parametrize("path", ["/plain", "/chat/sse"])
 async def test_served_as_without_cvdiag_and_bounded(
-    capture: Capture, case: str, tier: str, path: str
+    cvdiag_events: CvdiagEvents, case: str, tier: str, path: str
 ) -> None:
     headers = HOSTILE[case]
     bare_app = make_app()
     bare_app.user_middleware.clear()
     bare = await call(bare_app, http_scope(path, headers))
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     wrapped = await call(make_app(), http_scope(path, headers))
     assert without_echo(wrapped) == bare
     envelopes = check_all(sink, tier)  # schema-valid and within the tier's byte cap
@@ -80,8 +78,8 @@ async def test_served_as_without_cvdiag_and_bounded(
         assert ingress["metadata"]["content_length"] is None
 
 
-async def test_one_megabyte_path_is_bounded(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_one_megabyte_path_is_bounded(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     path = "/" + "p" * MEGABYTE
     bare_app = make_app()
     bare_app.user_middleware.clear()
@@ -127,7 +125,7 @@ RAW: dict[str, bytes] = {
 
 
 @pytest.mark.parametrize("case", list(RAW))
-def test_raw_requests_over_uvicorn(capture: Capture, case: str) -> None:
+def test_raw_requests_over_uvicorn(cvdiag_events: CvdiagEvents, case: str) -> None:
     request = (
         b"GET /plain HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n" + RAW[case] + b"\r\n"
     )
@@ -135,7 +133,7 @@ def test_raw_requests_over_uvicorn(capture: Capture, case: str) -> None:
     bare_app.user_middleware.clear()
     with serve("uvicorn", bare_app) as url:
         bare = raw_exchange(url, request)
-    sink = capture("debug")
+    sink = cvdiag_events("debug")
     with serve("uvicorn", make_app()) as url:
         wrapped = raw_exchange(url, request)
         if bare[0] != "rejected":  # the request reached the app: its story was told

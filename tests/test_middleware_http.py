@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from cvdiag import (
 )
 from cvdiag.context import RequestContext
 from cvdiag.guard import failures
+from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema import DENIED_HEADERS, EDGE_HEADER_KEYS, Tier
 from tests.test_middleware_support import (
     FAKE_KEY,
@@ -34,7 +34,6 @@ from tests.test_middleware_support import (
     without_echo,
 )
 
-Capture = Callable[..., MemorySink]
 UUID7 = "0190d6a0-5c2e-7c3a-9f1e-2b3c4d5e6f70"
 
 
@@ -55,8 +54,8 @@ def sse_messages(*chunks: bytes, status: int = 200, ctype: bytes = b"text/event-
 # --- what each tier sees -------------------------------------------------------------------------
 
 
-async def test_debug_tier_tells_the_whole_sse_story(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_debug_tier_tells_the_whole_sse_story(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     app = make_app()
     sent = await call(
         app, http_scope("/chat/sse", [(b"x-test-id", UUID7.encode())], query_string=b"n=3")
@@ -105,17 +104,19 @@ async def test_debug_tier_tells_the_whole_sse_story(capture: Capture) -> None:
     ],
 )
 async def test_lower_tiers_still_count_events(
-    capture: Capture, tier: str, expected: list[str]
+    cvdiag_events: CvdiagEvents, tier: str, expected: list[str]
 ) -> None:
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     await call(make_app(), http_scope("/chat/sse", query_string=b"n=5"))
     envelopes = check_all(sink, tier)
     assert boundaries(envelopes) == expected
     assert envelopes[-1]["metadata"]["sse_event_count"] == 5
 
 
-async def test_non_streaming_response_gets_ingress_and_complete_only(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_non_streaming_response_gets_ingress_and_complete_only(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("debug")
     await call(make_app(), http_scope("/plain"))
     envelopes = check_all(sink)
     assert boundaries(envelopes) == ["backend.request.ingress", "backend.response.complete"]
@@ -130,8 +131,8 @@ async def test_non_streaming_response_gets_ingress_and_complete_only(capture: Ca
     assert complete["edge_headers"]["cf-cache-status"] == "HIT"
 
 
-async def test_a_stream_that_is_not_sse_counts_chunks(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_a_stream_that_is_not_sse_counts_chunks(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     await call(make_app(), http_scope("/chunks"))
     envelopes = check_all(sink)
     events = [e["metadata"] for e in envelopes if e["boundary"] == "backend.sse.event"]
@@ -145,16 +146,16 @@ async def test_a_stream_that_is_not_sse_counts_chunks(capture: Capture) -> None:
 
 @pytest.mark.parametrize("tier", ["default", "verbose"])
 async def test_a_stream_that_is_not_sse_counts_chunks_below_debug(
-    capture: Capture, tier: str
+    cvdiag_events: CvdiagEvents, tier: str
 ) -> None:
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     await call(make_app(), http_scope("/chunks"))
     complete = only(list(sink.envelopes), "backend.response.complete")["metadata"]
     assert (complete["sse_event_count"], complete["content_length"]) == (3, 11)
 
 
-async def test_events_are_counted_per_event_not_per_chunk(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_events_are_counted_per_event_not_per_chunk(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     app = CvdiagMiddleware(
         sse_messages(
             b"event: a\r\ndata: 1\r", b"\n\r\ndata: 2\n\ndata: 3\n", b"\n: ping\n\n", b"data: tail"
@@ -173,7 +174,7 @@ async def test_events_are_counted_per_event_not_per_chunk(capture: Capture) -> N
 
 @pytest.mark.parametrize("tier", ["default", "debug"])
 async def test_event_count_survives_batching_big_chunks_and_mutable_bodies(
-    capture: Capture, tier: str
+    cvdiag_events: CvdiagEvents, tier: str
 ) -> None:
     events = [b"data: %d\n\n" % i for i in range(70)]
     events[10] = b"data: " + b"x" * 5000 + b"\n\n"  # larger than a held chunk
@@ -184,15 +185,15 @@ async def test_event_count_survives_batching_big_chunks_and_mutable_bodies(
         bytearray(c) if i % 3 == 0 else memoryview(c) if i % 3 == 1 else c
         for i, c in enumerate(cuts)
     ]
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     await call(CvdiagMiddleware(sse_messages(*bodies)), http_scope("/"))
     complete = only(list(sink.envelopes), "backend.response.complete")["metadata"]
     assert complete["sse_event_count"] == 70
     assert complete["content_length"] == len(stream)
 
 
-async def test_final_body_message_may_carry_the_last_event(capture: Capture) -> None:
-    sink = capture("default")
+async def test_final_body_message_may_carry_the_last_event(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send(
@@ -211,8 +212,8 @@ async def test_final_body_message_may_carry_the_last_event(capture: Capture) -> 
     )
 
 
-async def test_error_status_is_an_err_outcome(capture: Capture) -> None:
-    sink = capture("default")
+async def test_error_status_is_an_err_outcome(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     await call(CvdiagMiddleware(sse_messages(b"data: x\n\n", status=503)), http_scope("/"))
     complete = only(list(sink.envelopes), "backend.response.complete")
     assert (complete["outcome"], complete["metadata"]["http_status"]) == ("err", 503)
@@ -221,8 +222,10 @@ async def test_error_status_is_an_err_outcome(capture: Capture) -> None:
 # --- exactly one terminal ----------------------------------------------------------------------
 
 
-async def test_error_before_the_response_is_reported_then_completes_500(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_error_before_the_response_is_reported_then_completes_500(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("debug")
     with pytest.raises(ValueError, match="upstream refused") as raised:
         await call(make_app(), http_scope("/chat/raises"))
     envelopes = check_all(sink)
@@ -245,8 +248,10 @@ async def test_error_before_the_response_is_reported_then_completes_500(capture:
     assert FAKE_KEY in str(raised.value)  # the app's exception is re-raised unchanged
 
 
-async def test_wrapping_the_whole_app_sees_the_500_then_the_error(capture: Capture) -> None:
-    sink = capture("default")
+async def test_wrapping_the_whole_app_sees_the_500_then_the_error(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("default")
     app = _bare()
     with pytest.raises(ValueError, match="upstream refused"):
         await call(CvdiagMiddleware(app), http_scope("/chat/raises"))
@@ -256,8 +261,10 @@ async def test_wrapping_the_whole_app_sees_the_500_then_the_error(capture: Captu
     assert len(terminals(envelopes)) == 1
 
 
-async def test_error_mid_stream_is_error_caught_then_chunk_error(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_error_mid_stream_is_error_caught_then_chunk_error(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("debug")
     with pytest.raises(RuntimeError, match="stream broke"):
         await call(make_app(), http_scope("/chat/sse-raises"))
     envelopes = check_all(sink)
@@ -273,7 +280,7 @@ async def test_error_mid_stream_is_error_caught_then_chunk_error(capture: Captur
 
 @pytest.mark.parametrize("tier", ["default", "verbose", "debug"])
 async def test_an_abort_accounts_for_every_chunk_sent_before_it(
-    capture: Capture, tier: str
+    cvdiag_events: CvdiagEvents, tier: str
 ) -> None:
     # Below the debug tier mid-stream chunks are only held and counted in batches: a terminal
     # must still see every byte that went out before it.
@@ -286,7 +293,7 @@ async def test_an_abort_accounts_for_every_chunk_sent_before_it(
             await send({"type": "http.response.body", "body": event, "more_body": True})
         raise RuntimeError("stream broke")
 
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     with pytest.raises(RuntimeError):
         await call(CvdiagMiddleware(app), http_scope("/"))
     aborted = only(list(sink.envelopes), "backend.sse.aborted")["metadata"]
@@ -298,9 +305,9 @@ async def test_an_abort_accounts_for_every_chunk_sent_before_it(
 
 
 async def test_error_after_the_response_is_reported_without_a_second_terminal(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -312,8 +319,10 @@ async def test_error_after_the_response_is_reported_without_a_second_terminal(
     assert boundaries(list(sink.envelopes)) == ["backend.response.complete", "backend.error.caught"]
 
 
-async def test_client_disconnect_on_receive_is_an_abort_not_an_error(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_client_disconnect_on_receive_is_an_abort_not_an_error(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("debug")
     incoming: list[dict[str, Any]] = [
         {"type": "http.request", "body": b"", "more_body": False},
         {"type": "http.disconnect"},
@@ -328,8 +337,8 @@ async def test_client_disconnect_on_receive_is_an_abort_not_an_error(capture: Ca
     assert aborted["metadata"]["termination_cause"] == "client_disconnect"
 
 
-async def test_oserror_from_send_is_a_client_disconnect(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_oserror_from_send_is_a_client_disconnect(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     app = make_app()
     sent = 0
 
@@ -357,8 +366,8 @@ async def test_oserror_from_send_is_a_client_disconnect(capture: Capture) -> Non
     assert only(envelopes, "backend.sse.first_byte")
 
 
-async def test_cancellation_is_an_abort_not_an_error(capture: Capture) -> None:
-    sink = capture("default")
+async def test_cancellation_is_an_abort_not_an_error(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     started = asyncio.Event()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -389,9 +398,9 @@ async def test_cancellation_is_an_abort_not_an_error(capture: Capture) -> None:
     ],
 )
 async def test_app_returning_without_finishing(
-    capture: Capture, messages: list[Any], kind: str
+    cvdiag_events: CvdiagEvents, messages: list[Any], kind: str
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         for message in messages:
@@ -403,8 +412,8 @@ async def test_app_returning_without_finishing(
     assert aborted["metadata"]["termination_cause"] == kind
 
 
-async def test_disconnect_after_the_body_is_not_an_abort(capture: Capture) -> None:
-    sink = capture("default")
+async def test_disconnect_after_the_body_is_not_an_abort(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -418,8 +427,8 @@ async def test_disconnect_after_the_body_is_not_an_abort(capture: Capture) -> No
 # --- context, ids, slug, demo, headers -----------------------------------------------------------
 
 
-async def test_context_is_set_for_the_app_and_reset_after(capture: Capture) -> None:
-    capture("default")
+async def test_context_is_set_for_the_app_and_reset_after(cvdiag_events: CvdiagEvents) -> None:
+    cvdiag_events("default")
     seen: list[RequestContext | None] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -452,9 +461,9 @@ async def _current() -> RequestContext | None:
     ],
 )
 async def test_slug_resolution(
-    capture: Capture, option: str | None, headers: Any, expected: str
+    cvdiag_events: CvdiagEvents, option: str | None, headers: Any, expected: str
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
     app = CvdiagMiddleware(sse_messages(), slug=option, slug_headers=("x-aimock-context", "X-Slug"))
     await call(app, http_scope("/", headers))
     assert sink.envelopes[-1]["slug"] == expected
@@ -464,14 +473,16 @@ async def test_slug_resolution(
     ("path", "demo"),
     [("/", "default"), ("/agentic-chat", "agentic-chat"), ("/a/b/c", "a"), ("", "default")],
 )
-async def test_demo_is_the_first_path_segment(capture: Capture, path: str, demo: str) -> None:
-    sink = capture("default")
+async def test_demo_is_the_first_path_segment(
+    cvdiag_events: CvdiagEvents, path: str, demo: str
+) -> None:
+    sink = cvdiag_events("default")
     await call(CvdiagMiddleware(sse_messages()), http_scope(path))
     assert sink.envelopes[-1]["demo"] == demo
 
 
-async def test_test_id_headers_in_order_and_minted_fallback(capture: Capture) -> None:
-    sink = capture("default")
+async def test_test_id_headers_in_order_and_minted_fallback(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     app = CvdiagMiddleware(sse_messages(), test_id_headers=("x-first", "x-test-id"))
     await call(app, http_scope("/", [(b"x-test-id", b"second"), (b"x-first", b"first")]))
     await call(app, http_scope("/", [(b"x-test-id", UUID7.upper().encode())]))
@@ -483,8 +494,8 @@ async def test_test_id_headers_in_order_and_minted_fallback(capture: Capture) ->
     )
 
 
-async def test_each_request_gets_its_own_trace_and_span(capture: Capture) -> None:
-    sink = capture("verbose")
+async def test_each_request_gets_its_own_trace_and_span(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose")
     app = make_app()
     await call(app, http_scope("/plain"))
     await call(app, http_scope("/plain"))
@@ -494,8 +505,8 @@ async def test_each_request_gets_its_own_trace_and_span(capture: Capture) -> Non
     assert first["test_id"] != second["test_id"]
 
 
-async def test_edge_headers_are_allow_listed_scrubbed_and_cut(capture: Capture) -> None:
-    sink = capture("verbose")
+async def test_edge_headers_are_allow_listed_scrubbed_and_cut(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose")
     headers = [
         (b"cf-ray", b"8f1e2d3c4b5a6978-AMS"),
         (b"via", b"1.1 proxy token=" + FAKE_KEY.encode()),
@@ -519,7 +530,7 @@ async def test_edge_headers_are_allow_listed_scrubbed_and_cut(capture: Capture) 
 # --- switches -----------------------------------------------------------------------------------
 
 
-async def test_disabled_is_a_pass_through(capture: Capture) -> None:
+async def test_disabled_is_a_pass_through(cvdiag_events: CvdiagEvents) -> None:
     configure(Settings(enabled=False), sinks=[sink := MemorySink()])
     bare = await call(_bare(), http_scope("/chat/sse"))
     wrapped = await call(make_app(), http_scope("/chat/sse"))
@@ -546,19 +557,19 @@ def _bare() -> Any:
     return app
 
 
-async def test_configure_after_construction_takes_effect(capture: Capture) -> None:
+async def test_configure_after_construction_takes_effect(cvdiag_events: CvdiagEvents) -> None:
     app = make_app()
     configure(Settings(enabled=False), sinks=[MemorySink()])
     await call(app, http_scope("/plain"))
-    sink = capture("default")  # as the pytest plugin does, after the app exists
+    sink = cvdiag_events("default")  # as the pytest plugin does, after the app exists
     await call(app, http_scope("/plain"))
     assert boundaries(list(sink.envelopes)) == ["backend.response.complete"]
 
 
 async def test_own_settings_write_to_stdout(
-    capture: Capture, capsys: pytest.CaptureFixture[str]
+    cvdiag_events: CvdiagEvents, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    process_wide = capture("debug")
+    process_wide = cvdiag_events("debug")
     middleware = CvdiagMiddleware(
         sse_messages(b"data: 1\n\n"), settings=Settings(enabled=True, tier=Tier.VERBOSE)
     )
@@ -574,8 +585,10 @@ async def test_own_settings_write_to_stdout(
     assert not process_wide.envelopes
 
 
-async def test_lifespan_and_unknown_scopes_pass_through_untouched(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_lifespan_and_unknown_scopes_pass_through_untouched(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("debug")
     seen: list[Any] = []
     sent: list[Any] = []
     messages = [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
@@ -636,10 +649,10 @@ async def test_lifespan_shutdown_writes_what_is_queued(monkeypatch: pytest.Monke
     assert written_at_completion == [50]
 
 
-async def test_a_call_outstanding_at_shutdown_ends_saying_so(capture: Capture) -> None:
+async def test_a_call_outstanding_at_shutdown_ends_saying_so(cvdiag_events: CvdiagEvents) -> None:
     from cvdiag import llm_call
 
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     waiting = asyncio.Event()
 
     async def hung_call() -> None:
@@ -670,11 +683,11 @@ async def test_a_call_outstanding_at_shutdown_ends_saying_so(capture: Capture) -
     assert len([e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]) == 1
 
 
-def test_a_call_outstanding_at_exit_or_sigterm_ends_saying_so(capture: Capture) -> None:
+def test_a_call_outstanding_at_exit_or_sigterm_ends_saying_so(cvdiag_events: CvdiagEvents) -> None:
     from cvdiag import llm_call
     from cvdiag.sinks import flush_all
 
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     with llm_call("fake", "fake-1"):
         flush_all(timeout=1.0)  # what atexit and the SIGTERM handler run
         (answer,) = [e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]
@@ -682,8 +695,8 @@ def test_a_call_outstanding_at_exit_or_sigterm_ends_saying_so(capture: Capture) 
     assert len([e for e in sink.envelopes if e["boundary"] == "backend.llm.call.response"]) == 1
 
 
-async def test_pathsend_counts_the_files_size(capture: Capture, tmp_path: Any) -> None:
-    sink = capture("default")
+async def test_pathsend_counts_the_files_size(cvdiag_events: CvdiagEvents, tmp_path: Any) -> None:
+    sink = cvdiag_events("default")
     served = tmp_path / "report.bin"
     served.write_bytes(b"x" * 123_456)
 
@@ -698,9 +711,9 @@ async def test_pathsend_counts_the_files_size(capture: Capture, tmp_path: Any) -
 
 
 async def test_a_declared_length_fully_sent_is_complete_though_the_client_left_first(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
     incoming: list[dict[str, Any]] = [{"type": "http.request", "body": b""}]
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -718,8 +731,8 @@ async def test_a_declared_length_fully_sent_is_complete_though_the_client_left_f
     assert terminal["metadata"]["content_length"] == 10
 
 
-async def test_exclude_paths_exact_and_regex(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_exclude_paths_exact_and_regex(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
     app = make_app(exclude_paths=("/health", re.compile(r"/chat/sse.*")))
     await call(app, http_scope("/health"))
     await call(app, http_scope("/chat/sse"))
@@ -735,9 +748,9 @@ async def test_exclude_paths_exact_and_regex(capture: Capture) -> None:
 
 
 async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
-    capture: Capture, monkeypatch: pytest.MonkeyPatch
+    cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
 
     class Broken:
         def feed(self, chunk: bytes) -> int:
@@ -753,9 +766,9 @@ async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
 
 
 async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
-    capture: Capture, monkeypatch: pytest.MonkeyPatch
+    cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    capture("default")
+    cvdiag_events("default")
 
     def broken() -> str:
         raise RuntimeError("id source down")
@@ -767,13 +780,15 @@ async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
     assert failures["middleware"] == before + 1
 
 
-async def test_an_exception_reported_by_a_scope_is_not_reported_again(capture: Capture) -> None:
+async def test_an_exception_reported_by_a_scope_is_not_reported_again(
+    cvdiag_events: CvdiagEvents,
+) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
     from cvdiag import agent_scope
 
-    sink = capture("debug")
+    sink = cvdiag_events("debug")
 
     async def failing(request: Any) -> Any:
         async with agent_scope("planner"):

@@ -6,14 +6,14 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from websockets.sync.client import connect
 
-from cvdiag import CvdiagMiddleware, MemorySink
+from cvdiag import CvdiagMiddleware
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.test_middleware_support import (
     FAKE_KEY,
     boundaries,
@@ -25,7 +25,6 @@ from tests.test_middleware_support import (
     wait_terminal,
 )
 
-Capture = Callable[..., MemorySink]
 servers = pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
 
 
@@ -35,8 +34,8 @@ def ws_url(url: str) -> str:
 
 @servers
 @pytest.mark.parametrize("closer", ["server", "client"])
-def test_chat_of_three_messages(capture: Capture, server: str, closer: str) -> None:
-    sink = capture("debug")
+def test_chat_of_three_messages(cvdiag_events: CvdiagEvents, server: str, closer: str) -> None:
+    sink = cvdiag_events("debug")
     test_id = new_uuid7()
     with serve(server, make_app()) as url:
         with connect(ws_url(url), additional_headers={"x-test-id": test_id}) as ws:
@@ -81,8 +80,8 @@ def test_chat_of_three_messages(capture: Capture, server: str, closer: str) -> N
 
 
 @servers
-def test_client_vanishes_mid_conversation(capture: Capture, server: str) -> None:
-    sink = capture("default")
+def test_client_vanishes_mid_conversation(cvdiag_events: CvdiagEvents, server: str) -> None:
+    sink = cvdiag_events("default")
     # The context-manager form: websockets 16 (the last for 3.10) has no ``legacy=``.
     with serve(server, make_app()) as url, connect(ws_url(url)) as ws:
         ws.send("one")
@@ -148,9 +147,9 @@ async def run_ws(
     ],
 )
 async def test_client_close_codes(
-    capture: Capture, code: int, boundary: str, kind: str | None
+    cvdiag_events: CvdiagEvents, code: int, boundary: str, kind: str | None
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
     incoming: list[dict[str, Any]] = [
         {"type": "websocket.connect"},
         {"type": "websocket.receive", "text": "hi"},
@@ -163,8 +162,8 @@ async def test_client_close_codes(
         assert terminal["metadata"]["termination_kind"] == kind
 
 
-async def test_broken_socket_on_send_is_rst_not_an_error(capture: Capture) -> None:
-    sink = capture("default")
+async def test_broken_socket_on_send_is_rst_not_an_error(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     incoming = [
         {"type": "websocket.connect"},
         {"type": "websocket.receive", "text": "one"},
@@ -176,8 +175,8 @@ async def test_broken_socket_on_send_is_rst_not_an_error(capture: Capture) -> No
     assert "backend.error.caught" not in boundaries(list(sink.envelopes))
 
 
-async def test_error_after_accept(capture: Capture) -> None:
-    sink = capture("default")
+async def test_error_after_accept(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()
@@ -197,8 +196,10 @@ async def test_error_after_accept(capture: Capture) -> None:
     assert FAKE_KEY not in str(envelopes)
 
 
-async def test_error_before_accept_is_reported_then_completes_500(capture: Capture) -> None:
-    sink = capture("default")
+async def test_error_before_accept_is_reported_then_completes_500(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise RuntimeError("no handshake")
@@ -210,8 +211,8 @@ async def test_error_before_accept_is_reported_then_completes_500(capture: Captu
     assert (envelopes[-1]["outcome"], envelopes[-1]["metadata"]["http_status"]) == ("err", 500)
 
 
-async def test_refused_handshake_is_a_complete_with_403(capture: Capture) -> None:
-    sink = capture("default")
+async def test_refused_handshake_is_a_complete_with_403(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()
@@ -222,8 +223,8 @@ async def test_refused_handshake_is_a_complete_with_403(capture: Capture) -> Non
     assert (complete["outcome"], complete["metadata"]["http_status"]) == ("err", 403)
 
 
-async def test_binary_and_plain_text_event_types(capture: Capture) -> None:
-    sink = capture("debug")
+async def test_binary_and_plain_text_event_types(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("debug")
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()

@@ -205,3 +205,55 @@ def test_a_bad_marker_tier_fails_with_a_clear_message(pytester: pytest.Pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*@pytest.mark.cvdiag(...): tier 'bogus' is not one of default*"])
     assert "KeyError" not in result.stdout.str()
+
+
+def test_calling_the_fixture_changes_the_settings_and_starts_afresh(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    emit("backend.sse.event")
+    assert cvdiag_events.boundaries() == ["backend.sse.event"]  # debug, from the fixture
+    first = cvdiag_events.emitter
+    assert cvdiag_events("default", heartbeat_interval=0.05) is cvdiag_events
+    assert cvdiag_events.all() == []  # what the debug capture held is forgotten
+    assert get_emitter() is cvdiag_events.emitter is not first
+    assert cvdiag_events.emitter.settings.heartbeat_interval == 0.05
+    emit("backend.sse.event")  # verbose-or-more: dropped at the default tier
+    emit("backend.error.caught", outcome="err")
+    assert cvdiag_events.boundaries() == ["backend.error.caught"]
+    assert len(cvdiag_events.lines) == len(cvdiag_events.envelopes) == 1
+    assert orjson.loads(cvdiag_events.lines[0]) == cvdiag_events.envelopes[0]
+
+
+def test_calling_the_fixture_with_a_bad_setting_fails_in_one_line(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_bad(cvdiag_events):
+            cvdiag_events("loud")
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*cvdiag_events(...): *loud*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_the_emitter_in_force_before_the_test_is_back_after_it_called_the_fixture(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        from cvdiag import get_emitter
+
+        BEFORE = []
+
+        def test_first(cvdiag_events):
+            BEFORE.append(cvdiag_events.emitter)
+            cvdiag_events("verbose")
+
+        def test_after():
+            assert not get_emitter().enabled
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)

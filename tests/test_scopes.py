@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -20,18 +20,20 @@ from cvdiag import (
     llm_call,
 )
 from cvdiag.heartbeat import scheduler
+from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.scopes import current_llm_call
 from tests.support.requests import in_request, of, one
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 
 
 # --- agent_scope ------------------------------------------------------------------------------
 
 
-def test_with_agent_scope_emits_enter_and_exit_under_the_request(capture: Capture) -> None:
-    sink = capture("default")
+def test_with_agent_scope_emits_enter_and_exit_under_the_request(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("default")
     with in_request() as request, agent_scope("planner", model_id="gpt-4o") as scope:
         inside = current_context()
     enter = one(sink, "backend.agent.enter")
@@ -54,8 +56,8 @@ def test_with_agent_scope_emits_enter_and_exit_under_the_request(capture: Captur
     assert current_context() is None
 
 
-async def test_async_with_agent_scope(capture: Capture) -> None:
-    sink = capture("default")
+async def test_async_with_agent_scope(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     with in_request() as request:
         async with agent_scope("writer") as scope:
             await asyncio.sleep(0)
@@ -70,8 +72,8 @@ async def test_async_with_agent_scope(capture: Capture) -> None:
     assert one(sink, "backend.agent.exit")["metadata"]["terminal_outcome"] == "ok"
 
 
-def test_decorated_sync_function(capture: Capture) -> None:
-    sink = capture("default")
+def test_decorated_sync_function(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     seen: list[RequestContext | None] = []
 
     @agent_scope("sync-agent")
@@ -91,8 +93,8 @@ def test_decorated_sync_function(capture: Capture) -> None:
     assert enters[0]["span_id"] != enters[1]["span_id"]
 
 
-async def test_decorated_async_function(capture: Capture) -> None:
-    sink = capture("default")
+async def test_decorated_async_function(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     @agent_scope("async-agent", model_id="m")
     async def turn(x: int) -> int:
@@ -115,9 +117,9 @@ async def test_decorated_async_function(capture: Capture) -> None:
 
 
 async def test_decorated_async_generator_scopes_the_body_not_the_consumer(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
     inside: list[str | None] = []
 
     @agent_scope("streamer")
@@ -142,8 +144,8 @@ async def test_decorated_async_generator_scopes_the_body_not_the_consumer(
     assert one(sink, "backend.agent.exit")["metadata"]["terminal_outcome"] == "ok"
 
 
-async def test_async_generator_asend_and_athrow_reach_the_body(capture: Capture) -> None:
-    sink = capture("default")
+async def test_async_generator_asend_and_athrow_reach_the_body(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     @agent_scope("echo")
     async def echo() -> Any:
@@ -166,8 +168,10 @@ async def test_async_generator_asend_and_athrow_reach_the_body(capture: Capture)
     assert of(sink, "backend.error.caught") == []
 
 
-async def test_async_generator_error_is_reported_and_propagates(capture: Capture) -> None:
-    sink = capture("default")
+async def test_async_generator_error_is_reported_and_propagates(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("default")
     boom = RuntimeError("stream broke")
 
     @agent_scope("streamer")
@@ -192,8 +196,8 @@ async def test_async_generator_error_is_reported_and_propagates(capture: Capture
     assert one(sink, "backend.agent.exit")["metadata"]["terminal_outcome"] == "err"
 
 
-def test_decorated_sync_generator(capture: Capture) -> None:
-    sink = capture("default")
+def test_decorated_sync_generator(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     @agent_scope("gen")
     def numbers() -> Iterator[int]:
@@ -223,8 +227,8 @@ def test_decorated_sync_generator(capture: Capture) -> None:
     gen.close()
 
 
-def test_nested_agents_and_llm_calls_link_into_one_tree(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_nested_agents_and_llm_calls_link_into_one_tree(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with in_request() as request, agent_scope("outer") as outer:
         with agent_scope("inner") as inner, llm_call("openai", "gpt-4o") as call:
             call.record_response(12)
@@ -252,8 +256,8 @@ def test_nested_agents_and_llm_calls_link_into_one_tree(capture: Capture) -> Non
     assert {env["test_id"] for env in list(sink.envelopes)} == {"req-1"}
 
 
-def test_exception_propagates_unchanged_and_is_reported_once(capture: Capture) -> None:
-    sink = capture("default")
+def test_exception_propagates_unchanged_and_is_reported_once(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     boom = ValueError("bad tool output")
     with (
         in_request(),
@@ -274,8 +278,8 @@ def test_exception_propagates_unchanged_and_is_reported_once(capture: Capture) -
     ] == [("err", "err"), ("err", "err")]
 
 
-def test_a_timeout_is_an_error_with_outcome_timeout(capture: Capture) -> None:
-    sink = capture("default")
+def test_a_timeout_is_an_error_with_outcome_timeout(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     with pytest.raises(TimeoutError), agent_scope("slow"):
         raise TimeoutError("model took too long")
     exit_ = one(sink, "backend.agent.exit")
@@ -284,8 +288,8 @@ def test_a_timeout_is_an_error_with_outcome_timeout(capture: Capture) -> None:
     assert one(sink, "backend.error.caught")["metadata"]["exception_type"] == "TimeoutError"
 
 
-async def test_cancellation_propagates_and_is_not_an_error(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+async def test_cancellation_propagates_and_is_not_an_error(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     started = asyncio.Event()
 
     async def turn() -> None:
@@ -308,8 +312,8 @@ async def test_cancellation_propagates_and_is_not_an_error(capture: Capture) -> 
     assert response["metadata"]["error_class"] == "CancelledError"
 
 
-async def test_cancelling_a_decorated_coroutine(capture: Capture) -> None:
-    sink = capture("default")
+async def test_cancelling_a_decorated_coroutine(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
 
     @agent_scope("worker")
     async def work() -> None:
@@ -324,9 +328,9 @@ async def test_cancelling_a_decorated_coroutine(capture: Capture) -> None:
 
 
 async def test_wait_for_timeout_cancels_the_inner_scope_and_fails_the_outer(
-    capture: Capture,
+    cvdiag_events: CvdiagEvents,
 ) -> None:
-    sink = capture("default")
+    sink = cvdiag_events("default")
 
     @agent_scope("inner")
     async def slow() -> None:
@@ -343,8 +347,8 @@ async def test_wait_for_timeout_cancels_the_inner_scope_and_fails_the_outer(
 # --- outside a request, threads, disabled --------------------------------------------------------
 
 
-def test_a_top_level_scope_gets_a_fresh_test_id_of_its_own(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_a_top_level_scope_gets_a_fresh_test_id_of_its_own(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with agent_scope("first") as first:
         inside = current_context()
         with llm_call("openai", "m") as call:
@@ -370,8 +374,8 @@ def test_a_top_level_scope_gets_a_fresh_test_id_of_its_own(capture: Capture) -> 
         assert env["test_id"][14] == "7"  # UUIDv7
 
 
-def test_scopes_in_threads_keep_their_own_requests(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=0.02)
+def test_scopes_in_threads_keep_their_own_requests(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     barrier = threading.Barrier(4)
     spans: dict[str, tuple[str | None, str | None]] = {}
 
@@ -402,7 +406,7 @@ def test_scopes_in_threads_keep_their_own_requests(capture: Capture) -> None:
         assert {env["parent_span_id"] for env in beats} == {call_span}
 
 
-def test_disabled_scopes_do_nothing(capture: Capture) -> None:
+def test_disabled_scopes_do_nothing(cvdiag_events: CvdiagEvents) -> None:
     sink = MemorySink()
     configure(Settings(enabled=False), sinks=[sink])
     before = scheduler().outstanding
@@ -417,8 +421,8 @@ def test_disabled_scopes_do_nothing(capture: Capture) -> None:
     assert list(sink.envelopes) == []
 
 
-def test_default_tier_records_agents_but_not_llm_calls(capture: Capture) -> None:
-    sink = capture("default")
+def test_default_tier_records_agents_but_not_llm_calls(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     before = scheduler().outstanding
     with agent_scope("a"), llm_call("openai", "m"):
         assert scheduler().outstanding == before
@@ -428,8 +432,10 @@ def test_default_tier_records_agents_but_not_llm_calls(capture: Capture) -> None
     ]
 
 
-def test_a_scope_object_can_be_reused_but_not_re_entered_while_live(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_a_scope_object_can_be_reused_but_not_re_entered_while_live(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     scope = agent_scope("again")
     with scope:
         pass
@@ -449,8 +455,8 @@ def test_a_scope_object_can_be_reused_but_not_re_entered_while_live(capture: Cap
 # --- llm_call ----------------------------------------------------------------------------------
 
 
-def test_llm_call_start_and_response(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_llm_call_start_and_response(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with in_request() as request:
         with llm_call("openai", "gpt-4o", prompt_token_count_estimate=321) as call:
             assert current_llm_call() is call
@@ -473,8 +479,8 @@ def test_llm_call_start_and_response(capture: Capture) -> None:
     assert call.ended
 
 
-def test_llm_call_error(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_llm_call_error(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     boom = ConnectionError("provider unreachable")
     with pytest.raises(ConnectionError) as raised, llm_call("openai", "gpt-4o"):
         raise boom
@@ -486,8 +492,8 @@ def test_llm_call_error(capture: Capture) -> None:
     assert of(sink, "backend.error.caught") == []  # an agent scope reports errors, not a call
 
 
-def test_llm_call_timeout(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_llm_call_timeout(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with pytest.raises(TimeoutError), llm_call("openai", "gpt-4o"):
         raise TimeoutError
     response = one(sink, "backend.llm.call.response")
@@ -497,8 +503,8 @@ def test_llm_call_timeout(capture: Capture) -> None:
     )
 
 
-async def test_llm_call_decorators(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+async def test_llm_call_decorators(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
 
     @llm_call("openai", "sync-model")
     def complete_sync() -> str:
@@ -536,8 +542,8 @@ async def test_llm_call_decorators(capture: Capture) -> None:
     assert {env["outcome"] for env in responses} == {"ok"}
 
 
-def test_record_response_ignores_nonsense(capture: Capture) -> None:
-    sink = capture("verbose", heartbeat_interval=60)
+def test_record_response_ignores_nonsense(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=60)
     with llm_call("openai", "m") as call:
         call.record_response(7)
         call.record_response(None)  # a response without a count keeps what was recorded
@@ -550,8 +556,8 @@ def test_llm_call_rejects_a_non_positive_interval() -> None:
         llm_call("openai", "m", heartbeat_interval=0)
 
 
-async def test_cancelling_the_consumer_of_a_decorated_stream(capture: Capture) -> None:
-    sink = capture("default")
+async def test_cancelling_the_consumer_of_a_decorated_stream(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     first = asyncio.Event()
 
     @agent_scope("streamer")
@@ -574,14 +580,14 @@ async def test_cancelling_the_consumer_of_a_decorated_stream(capture: Capture) -
     assert of(sink, "backend.error.caught") == []
 
 
-def test_cvdiag_failing_inside_a_scope_never_reaches_the_host(capture: Capture) -> None:
+def test_cvdiag_failing_inside_a_scope_never_reaches_the_host(cvdiag_events: CvdiagEvents) -> None:
     class Unprintable:
         def __str__(self) -> str:
             raise RuntimeError("no")
 
         __repr__ = __str__
 
-    capture("verbose", heartbeat_interval=60)
+    cvdiag_events("verbose", heartbeat_interval=60)
     with (
         agent_scope(Unprintable()) as scope,  # type: ignore[arg-type]
         llm_call(Unprintable(), Unprintable()) as call,  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import runpy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,10 @@ import pytest
 
 from cvdiag import MemorySink
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "agents-and-llm-calls.md"
@@ -67,8 +67,8 @@ def test_the_page_has_its_three_examples() -> None:
     assert set(examples()) == {"async-handler", "sync-in-a-thread", "openai-sdk"}
 
 
-def test_the_async_handler_example(capture: Capture, tmp_path: Path) -> None:
-    sink = capture("verbose", heartbeat_interval=0.05)
+def test_the_async_handler_example(cvdiag_events: CvdiagEvents, tmp_path: Path) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=0.05)
     app = load("async-handler", tmp_path)["app"]
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
@@ -80,8 +80,8 @@ def test_the_async_handler_example(capture: Capture, tmp_path: Path) -> None:
     assert len(by["backend.llm.call.heartbeat"]) >= 2  # the 0.2 s call, beating every 0.05 s
 
 
-def test_the_sync_in_a_thread_example(capture: Capture, tmp_path: Path) -> None:
-    sink = capture("verbose", heartbeat_interval=0.05)
+def test_the_sync_in_a_thread_example(cvdiag_events: CvdiagEvents, tmp_path: Path) -> None:
+    sink = cvdiag_events("verbose", heartbeat_interval=0.05)
     app = load("sync-in-a-thread", tmp_path)["app"]
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
@@ -96,9 +96,9 @@ def test_the_sync_in_a_thread_example(capture: Capture, tmp_path: Path) -> None:
 
 
 def test_the_openai_sdk_example(
-    capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cvdiag_events: CvdiagEvents, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     provider = FakeProvider()
     with serve_uvicorn(provider.app) as provider_url:
         monkeypatch.setenv("OPENAI_BASE_URL", f"{provider_url}/v1")

@@ -14,7 +14,7 @@ import inspect
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import anthropic
@@ -29,11 +29,11 @@ from websockets.sync.client import connect
 
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx, llm_call
 from cvdiag.ids import new_uuid7
+from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 from tests.test_middleware_support import SERVERS, terminals, wait_for
 
-Capture = Callable[..., MemorySink]
 Envelope = Mapping[str, Any]
 PROMPT = [{"role": "user", "content": "Say hello"}]
 TERMINALS = ("backend.response.complete", "backend.sse.aborted")
@@ -152,9 +152,13 @@ def sdk_app(provider_url: str) -> FastAPI:
 @pytest.mark.parametrize("flavour", ["async", "sync"])
 @pytest.mark.parametrize("mode", ["end", "break", "raise"])
 def test_an_sdk_stream_ends_its_call_once_before_the_request_ends(
-    capture: Capture, provider: tuple[FakeProvider, str], api: str, flavour: str, mode: str
+    cvdiag_events: CvdiagEvents,
+    provider: tuple[FakeProvider, str],
+    api: str,
+    flavour: str,
+    mode: str,
 ) -> None:
-    sink = capture("verbose", heartbeat_interval=0.02)
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     test_id = new_uuid7()
     with serve_uvicorn(sdk_app(provider[1])) as url:
         reply = httpx.post(
@@ -205,9 +209,9 @@ def approval_app() -> FastAPI:
 @pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
 @pytest.mark.parametrize("leave", ["close-1000", "close-1001", "drop"])
 def test_a_websocket_client_leaving_mid_turn_is_no_error(
-    capture: Capture, server: str, leave: str
+    cvdiag_events: CvdiagEvents, server: str, leave: str
 ) -> None:
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose")
     test_id = new_uuid7()
     with SERVERS[server](approval_app()) as url:
         ws_url = url.replace("http://", "ws://") + "/ws"
@@ -236,8 +240,8 @@ def test_a_websocket_client_leaving_mid_turn_is_no_error(
 # --- an app raising, a background task -------------------------------------------------------
 
 
-def test_an_app_raising_before_its_response_completes_500(capture: Capture) -> None:
-    sink = capture("default")
+def test_an_app_raising_before_its_response_completes_500(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     app = FastAPI()
     app.add_middleware(CvdiagMiddleware)
 
@@ -261,8 +265,8 @@ def test_an_app_raising_before_its_response_completes_500(capture: Capture) -> N
     assert (complete["outcome"], complete["metadata"]["http_status"]) == ("err", 500)
 
 
-def test_a_background_task_tells_its_part_after_the_terminal(capture: Capture) -> None:
-    sink = capture("default")
+def test_a_background_task_tells_its_part_after_the_terminal(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     app = FastAPI()
     app.add_middleware(CvdiagMiddleware)
 
@@ -336,9 +340,9 @@ def gzip_app(*, cvdiag_outside: bool) -> FastAPI:
 @pytest.mark.parametrize("tier", ["default", "debug"])
 @pytest.mark.parametrize("path", ["json", "sse", "ndjson"])
 def test_sizes_and_counts_are_the_apps_beside_compression(
-    capture: Capture, path: str, tier: str, server: str
+    cvdiag_events: CvdiagEvents, path: str, tier: str, server: str
 ) -> None:
-    sink = capture(tier)
+    sink = cvdiag_events(tier)
     seen: dict[bool, tuple[int, int, bytes]] = {}
     for outside in (False, True):
         test_id = new_uuid7()
@@ -363,8 +367,8 @@ def test_sizes_and_counts_are_the_apps_beside_compression(
 # --- the rest of the response's shape -------------------------------------------------------
 
 
-def test_head_counts_no_body_and_exclusions_use_the_apps_path(capture: Capture) -> None:
-    sink = capture("default")
+def test_head_counts_no_body_and_exclusions_use_the_apps_path(cvdiag_events: CvdiagEvents) -> None:
+    sink = cvdiag_events("default")
     app = FastAPI()
     app.add_middleware(CvdiagMiddleware, exclude_paths=["/health"])
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from cvdiag import CvdiagMiddleware, MemorySink, Settings, configure
 from cvdiag.emitter import Emitter
+from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, METADATA_KEYS, Tier
 from tests.reliability.apps import build
 from tests.reliability.drivers import answer, call, http_scope, websocket_call
@@ -32,7 +33,12 @@ SLUG = re.compile(r"[a-z][a-z0-9-]{0,63}")
 examples = settings(
     max_examples=SCALE.hypothesis_examples,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        # cvdiag_events is called afresh in every example: its state does not carry over.
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 
 # --- strategies --------------------------------------------------------------------------------
@@ -69,13 +75,8 @@ paths = st.one_of(
 )
 
 
-def capture(tier: str) -> MemorySink:
-    sink = MemorySink(maxlen=None)
-    configure(
-        Settings(enabled=True, tier=tier, debug_max_envelopes=10**9, debug_max_seconds=1e9),  # type: ignore[arg-type]
-        sinks=[sink],
-    )
-    return sink
+#: Settings for capturing: the debug tier's budget out of the way of generated input.
+UNBOUNDED: dict[str, Any] = {"debug_max_envelopes": 10**9, "debug_max_seconds": 1e9}
 
 
 @pytest.fixture(autouse=True)
@@ -106,9 +107,11 @@ def one_terminal(envelopes: Sequence[Mapping[str, Any]]) -> None:
 
 @examples
 @given(hdrs=headers, path=paths, tier=tiers)
-def test_any_headers_and_path(hdrs: list[tuple[bytes, bytes]], path: str, tier: str) -> None:
+def test_any_headers_and_path(
+    hdrs: list[tuple[bytes, bytes]], path: str, tier: str, cvdiag_events: CvdiagEvents
+) -> None:
     bare = asyncio.run(_bare(path, hdrs))
-    sink = capture(tier)
+    sink = cvdiag_events(tier, **UNBOUNDED)
     wrapped = asyncio.run(_wrapped(path, hdrs))
     assert wrapped == bare
     envelopes = checked(sink, tier)
@@ -133,10 +136,12 @@ ids = st.one_of(any_text, st.binary(max_size=300).map(lambda b: b.decode("latin-
 
 @examples
 @given(test_id=st.binary(max_size=300), slug=st.binary(max_size=300), option=ids)
-def test_test_ids_and_slugs_of_every_shape(test_id: bytes, slug: bytes, option: str) -> None:
+def test_test_ids_and_slugs_of_every_shape(
+    test_id: bytes, slug: bytes, option: str, cvdiag_events: CvdiagEvents
+) -> None:
     hdrs = [(b"x-test-id", test_id), (b"x-aimock-context", slug)]
     bare = asyncio.run(_bare("/plain", hdrs))
-    sink = capture("verbose")
+    sink = cvdiag_events("verbose", **UNBOUNDED)
     assert asyncio.run(_wrapped("/plain", hdrs)) == bare
     assert asyncio.run(_wrapped("/plain", hdrs, slug=option)) == bare
     envelopes = checked(sink, "verbose")
@@ -160,10 +165,10 @@ FUZZ_HEADERS: dict[str, list[tuple[bytes, bytes]]] = {
 @pytest.mark.parametrize("case", list(FUZZ_HEADERS))
 @pytest.mark.parametrize("tier", ["default", "debug"])
 @pytest.mark.parametrize("path", ["/plain", "/sse/5", "/raises"])
-def test_header_fuzz_corpus(case: str, tier: str, path: str) -> None:
+def test_header_fuzz_corpus(case: str, tier: str, path: str, cvdiag_events: CvdiagEvents) -> None:
     hdrs = FUZZ_HEADERS[case]
     bare = asyncio.run(_bare(path, hdrs))
-    sink = capture(tier)
+    sink = cvdiag_events(tier, **UNBOUNDED)
     assert asyncio.run(_wrapped(path, hdrs)) == bare
     one_terminal(checked(sink, tier))
 
@@ -198,25 +203,27 @@ SSE_CORPUS: dict[str, list[bytes]] = {
 
 @pytest.mark.parametrize("case", list(SSE_CORPUS))
 @pytest.mark.parametrize("tier", ["default", "debug"])
-def test_malformed_sse_corpus(case: str, tier: str) -> None:
+def test_malformed_sse_corpus(case: str, tier: str, cvdiag_events: CvdiagEvents) -> None:
     chunks = SSE_CORPUS[case]
-    _sse_served_as_bare(chunks, tier)
+    _sse_served_as_bare(chunks, tier, cvdiag_events)
 
 
 @examples
 @given(chunks=st.lists(st.binary(max_size=300), max_size=20), tier=tiers)
-def test_malformed_sse_generated(chunks: list[bytes], tier: str) -> None:
-    _sse_served_as_bare(chunks, tier)
+def test_malformed_sse_generated(
+    chunks: list[bytes], tier: str, cvdiag_events: CvdiagEvents
+) -> None:
+    _sse_served_as_bare(chunks, tier, cvdiag_events)
 
 
-def _sse_served_as_bare(chunks: list[bytes], tier: str) -> None:
+def _sse_served_as_bare(chunks: list[bytes], tier: str, cvdiag_events: CvdiagEvents) -> None:
     state = {"chunks": chunks}
 
     async def run(app: Any) -> tuple[Any, ...]:
         return answer(*await call(app, http_scope("/raw-sse", state=state)))
 
     bare = asyncio.run(run(build(cvdiag=False)))
-    sink = capture(tier)
+    sink = cvdiag_events(tier, **UNBOUNDED)
     assert asyncio.run(run(build())) == bare
     envelopes = checked(sink, tier)
     one_terminal(envelopes)
@@ -232,11 +239,13 @@ def _sse_served_as_bare(chunks: list[bytes], tier: str) -> None:
 
 @examples
 @given(texts=st.lists(st.text(max_size=300), max_size=8), code=st.integers(0, 5000), tier=tiers)
-def test_websocket_messages_and_close_codes(texts: list[str], code: int, tier: str) -> None:
+def test_websocket_messages_and_close_codes(
+    texts: list[str], code: int, tier: str, cvdiag_events: CvdiagEvents
+) -> None:
     # Text frames are UTF-8 on the wire: no lone surrogates here (the app could not echo them).
     texts = [t for t in texts if t != "bye"]
     bare = asyncio.run(websocket_call(build(cvdiag=False), "/ws", texts, code))
-    sink = capture(tier)
+    sink = cvdiag_events(tier, **UNBOUNDED)
     assert asyncio.run(websocket_call(build(), "/ws", texts, code)) == bare
     one_terminal(checked(sink, tier))
 
@@ -296,9 +305,9 @@ def test_any_metadata(boundary: str, values: list[Any], tier: str) -> None:
     checked(sink, tier)
 
 
-def test_a_middleware_with_a_hostile_slug_option() -> None:
+def test_a_middleware_with_a_hostile_slug_option(cvdiag_events: CvdiagEvents) -> None:
     for slug in ("", "\x00", "9" * 1000, "Ünïcödé", "sk-proj-" + "A" * 40, "\ud800"):
-        sink = capture("verbose")
+        sink = cvdiag_events("verbose", **UNBOUNDED)
         app = CvdiagMiddleware(build(cvdiag=False), slug=slug)
         assert asyncio.run(_answer(app)) == asyncio.run(_bare("/plain", ()))
         for envelope in checked(sink, "verbose"):
