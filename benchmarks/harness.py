@@ -53,6 +53,41 @@ async def run_once(app: App, scope: dict[str, Any], body: bytes = b"") -> int:
     return time.perf_counter_ns() - start
 
 
+async def response_of(app: App, scope: dict[str, Any], body: bytes = b"") -> tuple[int, bytes]:
+    """One request with its response kept: a benchmark first checks that every variant answers
+    in full (a 422 or a 404 would be fast and wrong)."""
+    status = 0
+    chunks: list[bytes] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(dict(scope), receive, send)
+    return status, b"".join(chunks)
+
+
+async def check_all(
+    variants: dict[str, App], scope: dict[str, Any], body: bytes, *, events: int
+) -> None:
+    for name, app in variants.items():
+        status, content = await response_of(app, scope, body)
+        if status != 200 or content.count(b"data: ") != events:
+            raise RuntimeError(f"{name}: status {status}, {content[:200]!r}")
+
+
 def layers(app: Any) -> Iterator[Any]:
     """The app and every layer under it (Starlette's built middleware stack, ``.app`` links)."""
     seen: set[int] = set()

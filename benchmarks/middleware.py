@@ -43,6 +43,7 @@ import orjson
 from harness import (
     App,
     arguments,
+    check_all,
     interleave,
     layers,
     report,
@@ -250,6 +251,7 @@ async def bench(rounds: int, requests: int, spec: str) -> tuple[str, list[Any], 
     ]
     variants = dict(zip(VARIANTS, apps, strict=True))
     request_scope = scope(spec)
+    await check_all(variants, request_scope, b"", events=EVENTS)
     call = partial(_call, request_scope=request_scope)
     await call(variants["(g) verbose + OTel bridge"])
     bridge_on_own_provider(variants["(g) verbose + OTel bridge"], bridge_provider)  # type: ignore[arg-type]
