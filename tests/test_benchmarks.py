@@ -37,6 +37,7 @@ AGUI = [
 ]
 EMIT = [
     "orjson.dumps alone (floor)",
+    "an empty call (the timer's own)",
     "public emit() → stdout sink",
     "request template → stdout sink",
     "uuid6.uuid7() (was cvdiag's)",
