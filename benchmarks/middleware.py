@@ -1,6 +1,6 @@
 """Per-request cost of ``CvdiagMiddleware`` on a 20-event SSE endpoint, against the bare app.
 
-Run: ``python benchmarks/middleware.py [--rounds 30] [--requests 200] [--spec 2.3]``.
+Run: ``python benchmarks/middleware.py [--rounds 30] [--requests 200] [--spec 2.3] [--json]``.
 
 Everything is in-process: the ASGI app is called directly with a fake ``receive`` and ``send``,
 no network. Variants, interleaved in every round (the order rotates from round to round):
@@ -8,36 +8,49 @@ no network. Variants, interleaved in every round (the order rotates from round t
   (a) the bare Starlette app
   (b) CvdiagMiddleware, cvdiag disabled (the process-wide emitter, as with the variable unset)
   (c) default tier, (d) verbose tier, (e) debug tier (each middleware owning its emitter)
-  (f) opentelemetry-instrumentation-asgi, SDK tracer provider, in-memory exporter
-  (g) verbose tier with the OpenTelemetry bridge on (same SDK provider, set globally)
+  (f) opentelemetry-instrumentation-asgi, its own SDK tracer provider, in-memory exporter
+  (g) verbose tier with the OpenTelemetry bridge on, its own SDK provider (see below)
   (h) the floor: not cvdiag, but the least any middleware doing this job must do per request:
       wrap ``send`` (its terminal comes after the final body message), set a context variable,
-      mint a UUIDv7 trace id and queue one orjson line. What (c) costs above (h) is cvdiag's own.
+      mint a UUIDv7 trace id, build one envelope-sized line shaped like cvdiag's
+      ``backend.response.complete`` (about 650 bytes) and write it through its own StdoutSink,
+      the sink cvdiag uses. Its ``send`` wrapper is a coroutine, as cvdiag's was.
+  (i) the same floor with a plain-function ``send`` wrapper: mid-stream messages cost one call
+      returning the server's own awaitable, no extra coroutine.
+  What (c) costs above (i) is cvdiag's own.
 
-Sink: the real ``StdoutSink`` (its queue and writer thread included), with ``sys.stdout``
-pointed at /dev/null for the run; each round ends with a flush, outside the timed calls. Each
-request is timed on its own with ``perf_counter_ns``; the table shows the median and p90 per
-request and the median's ratio to (a). ``--spec`` sets the scope's ASGI spec_version: "2.3"
-(uvicorn's) makes Starlette's StreamingResponse listen for disconnects in a task group; "2.4"
-skips that, so the bare app is cheaper and the ratios stricter.
+No global OpenTelemetry provider is set: (f) and (g) each get an SDK provider of their own, so no
+other variant traces or pays for spans. cvdiag's bridge reads the global provider (it takes its
+tracer from ``trace.get_tracer`` and asks ``trace.get_tracer_provider()`` per request whether
+tracing is configured), so (g)'s bridge is pointed at its own provider's tracer instead.
+
+Timing and sinks: see benchmarks/harness.py. Every variant's lines are written (to /dev/null)
+inside its own block's timing. ``--spec`` sets the scope's ASGI spec_version: "2.3" (uvicorn's)
+makes Starlette's StreamingResponse listen for disconnects in a task group; "2.4" skips that,
+so the bare app is cheaper and the ratios stricter.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import gc
-import os
-import statistics
-import sys
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextvars import ContextVar
+from functools import partial
+from random import getrandbits
 from typing import Any
 
 import orjson
-from opentelemetry import trace
+from harness import (
+    App,
+    arguments,
+    check_all,
+    interleave,
+    layers,
+    report,
+    run_once,
+    run_with_stdout_at_devnull,
+    summarize,
+)
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -47,12 +60,30 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from cvdiag import CvdiagMiddleware, Settings, configure
+from cvdiag import CvdiagMiddleware, Settings, __version__, configure
 from cvdiag.emitter import Emitter
+from cvdiag.envelope import NULL_EDGE_HEADERS, clock_now
 from cvdiag.ids import new_uuid7
+from cvdiag.sinks import StdoutSink
 
 EVENTS = 20
-App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+VARIANTS = (
+    "(a) bare app",
+    "(b) cvdiag disabled",
+    "(c) cvdiag default",
+    "(d) cvdiag verbose",
+    "(e) cvdiag debug",
+    "(f) OTel asgi",
+    "(g) verbose + OTel bridge",
+    "(h) floor, async wrapper",
+    "(i) floor, plain wrapper",
+)
+#: Room for a whole block's envelopes: the benchmark measures the work, not drops.
+BIG: dict[str, Any] = {
+    "queue_size": 1_000_000,
+    "debug_max_envelopes": 10**9,
+    "debug_max_seconds": 1e9,
+}
 
 
 async def sse(request: Request) -> Response:
@@ -65,21 +96,55 @@ async def sse(request: Request) -> Response:
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
+_FLOOR_CONTEXT: ContextVar[str | None] = ContextVar("floor", default=None)
+
+
 class Floor:
     """(h): a pure-ASGI middleware reduced to what observing a stream's end requires."""
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self.lines: deque[bytes] = deque(maxlen=10_000)
+        self.sink = StdoutSink(queue_size=BIG["queue_size"])
+
+    def complete(self, trace_id: str, started: int) -> None:
+        """One line shaped like cvdiag's ``backend.response.complete`` (same keys and order)."""
+        duration = (time.monotonic_ns() - started) // 1_000_000
+        self.sink.write_line(
+            orjson.dumps(
+                {
+                    "schema_version": 1,
+                    "test_id": "0190d6a0-5c2e-7c3a-9f1e-2b3c4d5e6f70",
+                    "trace_id": trace_id,
+                    "span_id": f"{getrandbits(64):016x}",
+                    "parent_span_id": "ece8f97a83dd335f",
+                    "layer": "backend",
+                    "boundary": "backend.response.complete",
+                    "slug": "unknown",
+                    "demo": "chat",
+                    "ts": clock_now(),
+                    "mono_ns": time.monotonic_ns(),
+                    "duration_ms": duration,
+                    "outcome": "ok",
+                    "edge_headers": NULL_EDGE_HEADERS,
+                    "metadata": {
+                        "http_status": 200,
+                        "content_length": 1490,
+                        "total_duration_ms": duration,
+                        "sse_event_count": EVENTS,
+                    },
+                }
+            )
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         trace_id = new_uuid7()
+        started = time.monotonic_ns()
         token = _FLOOR_CONTEXT.set(trace_id)
 
         async def observed(message: dict[str, Any]) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body"):
-                self.lines.append(orjson.dumps({"trace_id": trace_id, "boundary": "complete"}))
+                self.complete(trace_id, started)
 
         try:
             await self.app(scope, receive, observed)
@@ -87,23 +152,57 @@ class Floor:
             _FLOOR_CONTEXT.reset(token)
 
 
-_FLOOR_CONTEXT: ContextVar[str | None] = ContextVar("floor", default=None)
+class PlainFloor(Floor):
+    """(i): (h) with a ``send`` wrapper that is a plain function for mid-stream messages."""
+
+    async def _last(self, send: Any, message: dict[str, Any], trace_id: str, started: int) -> None:
+        await send(message)
+        self.complete(trace_id, started)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        trace_id = new_uuid7()
+        started = time.monotonic_ns()
+        token = _FLOOR_CONTEXT.set(trace_id)
+
+        def observed(message: dict[str, Any]) -> Awaitable[None]:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                return self._last(send, message, trace_id, started)
+            return send(message)  # type: ignore[no-any-return]
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            _FLOOR_CONTEXT.reset(token)
 
 
 def starlette_app() -> Starlette:
     return Starlette(routes=[Route("/chat/sse", sse)])
 
 
-def floor_app() -> Starlette:
+def wrapped(middleware: Any, **options: Any) -> Starlette:
     app = starlette_app()
-    app.add_middleware(Floor)
+    app.add_middleware(middleware, **options)
     return app
 
 
-def with_cvdiag(settings: Settings | None) -> Starlette:
-    app = starlette_app()
-    app.add_middleware(CvdiagMiddleware, settings=settings)
-    return app
+def own_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def bridge_on_own_provider(app: Starlette, provider: TracerProvider) -> None:
+    """Point (g)'s bridge at ``provider`` without making it global (see the module docstring).
+    Starlette builds the stack on the first request, so this runs after one."""
+    for layer in layers(app):
+        if isinstance(layer, CvdiagMiddleware) and layer._emitter is not None:
+            bridge = layer._emitter.otel
+            assert bridge is not None
+            bridge._tracer = provider.get_tracer("cvdiag", __version__)  # type: ignore[assignment]
+            bridge.tracing = lambda: True  # type: ignore[method-assign]
+            return
+    raise RuntimeError("no cvdiag bridge found")
 
 
 def scope(spec: str) -> dict[str, Any]:
@@ -130,114 +229,77 @@ def scope(spec: str) -> dict[str, Any]:
     }
 
 
-async def run_once(app: App, request_scope: dict[str, Any]) -> int:
-    """One request; returns its duration in ns. ``receive`` waits once the body is read, like a
-    live client, until Starlette cancels its disconnect listener."""
-    delivered = False
-    never = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await never.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        return None
-
-    start = time.perf_counter_ns()
-    await app(dict(request_scope), receive, send)
-    return time.perf_counter_ns() - start
+def cvdiag_app(tier: str, **options: Any) -> Starlette:
+    settings = Settings(enabled=True, tier=tier, **BIG, **options)  # type: ignore[arg-type]
+    return wrapped(CvdiagMiddleware, settings=settings)
 
 
-def _p(samples: list[int], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
-
-
-async def bench(rounds: int, requests: int, spec: str) -> None:
-    big = {"queue_size": 1_000_000, "debug_max_envelopes": 10**9, "debug_max_seconds": 1e9}
+async def bench(rounds: int, requests: int, spec: str) -> tuple[str, list[Any], dict[str, Any]]:
     configure(Settings(enabled=False))  # (b) reads the process-wide emitter, as in production
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)  # the bridge (g) uses the global provider, as users do
-    variants: dict[str, App] = {
-        "(a) bare app": starlette_app(),
-        "(b) cvdiag disabled": with_cvdiag(None),
-        "(c) cvdiag default": with_cvdiag(Settings(enabled=True, tier="default", **big)),  # type: ignore[arg-type]
-        "(d) cvdiag verbose": with_cvdiag(Settings(enabled=True, tier="verbose", **big)),  # type: ignore[arg-type]
-        "(e) cvdiag debug": with_cvdiag(Settings(enabled=True, tier="debug", **big)),  # type: ignore[arg-type]
-        "(f) OTel asgi": OpenTelemetryMiddleware(starlette_app(), tracer_provider=provider),
-        "(g) verbose + OTel bridge": with_cvdiag(
-            Settings(enabled=True, tier="verbose", otel=True, **big)  # type: ignore[arg-type]
-        ),
-        "(h) floor": floor_app(),
-    }
+    asgi_provider, asgi_spans = own_provider()
+    bridge_provider, bridge_spans = own_provider()
+    apps: list[App] = [
+        starlette_app(),
+        wrapped(CvdiagMiddleware, settings=None),
+        cvdiag_app("default"),
+        cvdiag_app("verbose"),
+        cvdiag_app("debug"),
+        OpenTelemetryMiddleware(starlette_app(), tracer_provider=asgi_provider),
+        cvdiag_app("verbose", otel=True),
+        wrapped(Floor),
+        wrapped(PlainFloor),
+    ]
+    variants = dict(zip(VARIANTS, apps, strict=True))
     request_scope = scope(spec)
-    samples: dict[str, list[int]] = {name: [] for name in variants}
-    names = list(variants)
-    for name in names:  # warm up: build middleware stacks, fill caches
-        for _ in range(50):
-            await run_once(variants[name], request_scope)
+    await check_all(variants, request_scope, b"", events=EVENTS)
+    call = partial(_call, request_scope=request_scope)
+    await call(variants["(g) verbose + OTel bridge"])
+    bridge_on_own_provider(variants["(g) verbose + OTel bridge"], bridge_provider)  # type: ignore[arg-type]
+
+    spans = {"spans_otel_asgi": 0, "spans_otel_bridge": 0}
+
+    def between() -> None:
+        for key, exporter in (("spans_otel_asgi", asgi_spans), ("spans_otel_bridge", bridge_spans)):
+            spans[key] += len(exporter.get_finished_spans())
+            exporter.clear()
+
+    results = await interleave(variants, call, rounds=rounds, requests=requests, between=between)
+    rows = summarize(results, VARIANTS[0])
     emitters = _emitters(variants)
-    for round_no in range(rounds):
-        order = names[round_no % len(names) :] + names[: round_no % len(names)]
-        for name in order:
-            app = variants[name]
-            gc.collect()
-            for _ in range(requests):
-                samples[name].append(await run_once(app, request_scope))
-        for emitter in emitters:
-            emitter.flush(30)
-        exporter.clear()
-    base = statistics.median(samples["(a) bare app"])
-    print(
-        f"{EVENTS}-event SSE, ASGI spec {spec}, {rounds} rounds x {requests} requests per variant",
-        file=sys.stderr,
+    title = f"{EVENTS}-event SSE, ASGI spec {spec}, {rounds} rounds x {requests} requests"
+    return (
+        title,
+        rows,
+        {
+            "envelopes_emitted": sum(e.emitted for e in emitters),
+            "envelopes_dropped": sum(e.stats()["queue_dropped"] for e in emitters),
+            **spans,
+        },
     )
-    print(f"{'variant':<26} {'median µs':>10} {'p90 µs':>9} {'ratio':>7}", file=sys.stderr)
-    for name in names:
-        median = statistics.median(samples[name])
-        print(
-            f"{name:<26} {median / 1000:>10.1f} {_p(samples[name], 0.9):>9.1f}"
-            f" {median / base:>6.3f}x",
-            file=sys.stderr,
-        )
-    dropped = sum(e.stats()["queue_dropped"] for e in emitters)
-    emitted = sum(e.emitted for e in emitters)
-    print(f"envelopes emitted {emitted}, dropped {dropped}", file=sys.stderr)
+
+
+async def _call(app: App, *, request_scope: dict[str, Any]) -> int:
+    return await run_once(app, request_scope)
 
 
 def _emitters(variants: dict[str, Any]) -> list[Emitter]:
     """The emitters the cvdiag variants own (found through Starlette's built middleware stack)."""
-    found: list[Emitter] = []
-    for app in variants.values():
-        layer = getattr(app, "middleware_stack", None)
-        while layer is not None:
-            if isinstance(layer, CvdiagMiddleware) and layer._emitter is not None:
-                found.append(layer._emitter)
-            layer = getattr(layer, "app", None)
-    return found
+    return [
+        layer._emitter
+        for app in variants.values()
+        for layer in layers(app)
+        if isinstance(layer, CvdiagMiddleware) and layer._emitter is not None
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--requests", type=int, default=200, help="requests per variant per round")
+    parser = arguments(__doc__, rounds=30, requests=200)
     parser.add_argument("--spec", default="2.3", help="the scope's ASGI spec_version")
     args = parser.parse_args()
-    # Line-buffered, as stdout is under PYTHONUNBUFFERED=1 (most container images) or on a
-    # terminal: the stdout sink then writes from the event loop (docs/performance.md).
-    devnull = open(os.devnull, "w", buffering=1)  # noqa: SIM115 - held for the whole run
-    real_stdout, sys.stdout = sys.stdout, devnull
-    try:
-        asyncio.run(bench(args.rounds, args.requests, args.spec))
-    finally:
-        sys.stdout = real_stdout
-        devnull.close()
+    title, rows, extra = run_with_stdout_at_devnull(
+        lambda: bench(args.rounds, args.requests, args.spec)
+    )
+    report(title, rows, as_json=args.json, extra=extra)
 
 
 if __name__ == "__main__":
