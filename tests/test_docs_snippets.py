@@ -104,8 +104,8 @@ else:  # pytest depends on tomli before 3.11
 
 from cvdiag import FileSink, MemorySink, Settings, Tier, configure, flush, get_emitter
 from cvdiag.cli import main as cvdiag_main
+from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
-from tests.support.fake_provider import FakeProvider, serve_fake_provider
 from tests.support.servers import free_port, serve_uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]

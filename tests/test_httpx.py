@@ -33,7 +33,7 @@ from cvdiag import (
     instrument_httpx,
     llm_call,
 )
-from tests.support.fake_provider import FakeProvider
+from examples.fake_provider import FakeProvider
 from tests.support.requests import in_request as request_context
 from tests.support.requests import of, one
 from tests.support.servers import free_port, serve_uvicorn

@@ -14,7 +14,7 @@ import pytest
 
 from cvdiag import MemorySink
 from cvdiag.ids import new_uuid7
-from tests.support.fake_provider import FakeProvider
+from examples.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 
 Capture = Callable[..., MemorySink]
