@@ -185,6 +185,8 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
     with example.world() as world:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CVDIAG_")}
         env.update({**example.env, **world.env, "PORT": str(port)})
+        # The app runs as a script: cvdiag and the examples importable even when not installed.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         settings = " ".join(f"{k}={v}" for k, v in example.env.items())
         for line in world.describe:
             say(f"  {line}")
@@ -203,7 +205,8 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
             say(line)
 
     say()
-    say(f"What cvdiag says, from {name} ({path.resolve()}):")
+    where = "" if path.is_absolute() else f" ({path.resolve()})"
+    say(f"What cvdiag says, from {name}{where}:")
     say()
     say(f"$ cvdiag ls {name}")
     _, listing = _cvdiag("ls", str(path))
@@ -221,10 +224,10 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
         say(f"  reason  {verdict['reason']}")
         if mark:
             wrong.append(visit.test_id)
-    first = example.visits[0].test_id
     say()
     say("Read it yourself:")
-    say(f"$ cvdiag replay {first} {name}")
+    for visit in example.visits[:2]:
+        say(f"$ cvdiag replay {visit.test_id} {name}")
     say(f"$ cvdiag tail --no-follow --lines 1000 --test-id {example.visits[-1].test_id} {name}")
     say(f"$ cvdiag stats {name}")
     if wrong:
