@@ -191,7 +191,8 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
         for line in world.describe:
             say(f"  {line}")
         say(f"  the app: {settings} python examples/{example.name}/app.py > {name}")
-        say(f"           on http://127.0.0.1:{port}; its stdout, the CVDIAG lines, is the log")
+        say(f"           on http://127.0.0.1:{port}; its stdout is the log: the CVDIAG lines")
+        say("           (and uvicorn's access log, which cvdiag reads past)")
         base = f"http://127.0.0.1:{port}"
         with _server(example, env, path, port), httpx.Client(base_url=base, timeout=30) as http:
             client = Client(http, base, f"ws://127.0.0.1:{port}")
