@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except Unavailable as exc:
         print(f"python -m examples {args.name}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the example's server has been stopped on the way out
+        return 130
 
 
 if __name__ == "__main__":

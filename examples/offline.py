@@ -180,6 +180,10 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
 
     path = Path(log or f"{example.name}.log")
     name = shlex.quote(str(path))
+    try:
+        path.write_bytes(b"")  # a fresh log: the commands printed below read this run only
+    except OSError as exc:
+        raise Unavailable(f"cannot write {name}: {exc.strerror or exc}; try --log PATH") from None
     port = free_port()
     say(f"examples/{example.name}, offline: {example.summary}")
     with example.world() as world:
@@ -218,8 +222,10 @@ def run(example: Example, *, log: str | None = None, out: IO[str] | None = None)
         options = " ".join(visit.classify_options)
         say()
         say(f"$ cvdiag classify {visit.test_id} {name}{' ' + options if options else ''}")
-        _, answer = _cvdiag("classify", visit.test_id, str(path), "--json", *visit.classify_options)
-        verdict = json.loads(answer)
+        code, answer = _cvdiag(
+            "classify", visit.test_id, str(path), "--json", *visit.classify_options
+        )
+        verdict = json.loads(answer) if code == 0 else {"flap_class": "?", "reason": answer}
         mark = "" if verdict["flap_class"] == visit.expected else f"  (expected {visit.expected})"
         say(f"  class   {verdict['flap_class']}{mark}")
         say(f"  reason  {verdict['reason']}")
