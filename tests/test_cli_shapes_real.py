@@ -37,8 +37,8 @@ from cvdiag import (  # noqa: E402
     flush,
     instrument_httpx,
 )
+from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E402
 from tests.support.cli import cvdiag  # noqa: E402
-from tests.support.fake_provider import FakeProvider, serve_fake_provider  # noqa: E402
 from tests.support.servers import serve_uvicorn  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Say hello"}]

@@ -42,6 +42,10 @@ running server). What a block's language means:
     - ``pytest ARGS`` runs the page's test blocks in a subprocess and must pass. The README
       Quickstart's bare ``pytest`` is this test suite: .ci/run runs that exact line.
 
+    - ``python -m examples NAME`` (an example's one offline command) runs as a subprocess once
+      per session (tests/support/examples.py, shared with tests/test_examples_offline.py) and
+      must exit 0; the log it wrote, ``NAME.log``, is then in the working directory.
+
     Paths and modules under ``examples/`` resolve against the repository root. The OpenAI and
     Anthropic SDKs are always pointed at a local fake provider (``OPENAI_BASE_URL``,
     ``ANTHROPIC_BASE_URL``; a block's own value is overridden), and a server started with
@@ -54,7 +58,8 @@ running server). What a block's language means:
     its output — stderr included, since a terminal shows both. Every sample line must match a
     line of the real output, in order, once numbers, ids, spaces and waterfall bars are
     ignored; a sample line ending in ``…`` matches by prefix, a line of just ``…`` elides.
-    The sample of ``cvdiag demo`` runs to the end of its block (the demo prints ``$`` lines).
+    The sample of ``cvdiag demo`` and of ``python -m examples NAME`` (handled as above) runs to
+    the end of its block: both print ``$`` lines.
 ``text``
     An output sample or a diagram: not executed.
 
@@ -106,11 +111,15 @@ else:  # pytest depends on tomli before 3.11
 
 from cvdiag import FileSink, MemorySink, Settings, Tier, configure, flush, get_emitter
 from cvdiag.cli import main as cvdiag_main
+from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
-from tests.support.fake_provider import FakeProvider, serve_fake_provider
+from tests.support.examples import offline_run
 from tests.support.servers import free_port, serve_uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_NAMES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/offline.py"))
+#: Commands whose console sample runs to the end of its block: they print ``$`` lines.
+RUNS_TO_THE_END = {"cvdiag demo", *(f"python -m examples {name}" for name in EXAMPLE_NAMES)}
 PAGES = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
@@ -494,14 +503,17 @@ class Page:
         lines = block.code.splitlines()
         groups: list[tuple[str, list[str]]] = []
         for line in lines:
-            if line.startswith("$ ") and not (groups and groups[-1][0] == "cvdiag demo"):
+            if line.startswith("$ ") and not (groups and groups[-1][0] in RUNS_TO_THE_END):
                 groups.append((line[2:].strip(), []))
             else:
                 assert groups, f"{block.where}: a transcript starts with a `$ ` line"
                 groups[-1][1].append(line)
         for command, sample in groups:
-            assert command.startswith("cvdiag "), f"{block.where}: unhandled command {command}"
-            code, output = self.cvdiag(command, block)
+            if command.startswith("python -m examples "):
+                code, output = self.offline(command, block)
+            else:
+                assert command.startswith("cvdiag "), f"{block.where}: unhandled command {command}"
+                code, output = self.cvdiag(command, block)
             if ";" not in command:
                 assert code == 0, f"{block.where}: `{command}` exited {code}:\n{output}"
             assert_same_shape(sample, output, f"{block.where}: `{command}`")
@@ -522,6 +534,10 @@ class Page:
             assert not env, f"{block.where}: cvdiag takes no environment"
             code, output = self.cvdiag(command, block)
             assert code == 0, f"{block.where}: `{command}` exited {code}:\n{output}"
+        elif program == "python" and words[1:3] == ["-m", "examples"]:
+            assert not env, f"{block.where}: python -m examples takes no environment"
+            code, output = self.offline(command, block)
+            assert code == 0, f"{block.where}: `{command}` exited {code}:\n{output}"
         elif program == "uvicorn" or (program == "python" and words[1].endswith("app.py")):
             self.start_server(words, env, block)
         elif program == "curl":
@@ -532,6 +548,16 @@ class Page:
             self.pytest(words, block)
         else:
             pytest.fail(f"{block.where}: unhandled command {command!r}", pytrace=False)
+
+    def offline(self, command: str, block: Block) -> tuple[int, str]:
+        """``python -m examples NAME``: the session's run of it; its log lands here."""
+        self.stop_server()
+        words = shlex.split(command)
+        assert len(words) == 4, f"{block.where}: only `python -m examples NAME` is handled"
+        run = offline_run(words[3])
+        if run.log.exists():
+            (self.workdir / run.log.name).write_bytes(run.log.read_bytes())
+        return run.returncode, run.stdout + run.stderr
 
     def cvdiag(self, command: str, block: Block) -> tuple[int, str]:
         """Run a cvdiag command line in the working directory: (exit code, stdout + stderr)."""

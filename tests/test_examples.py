@@ -20,8 +20,8 @@ from cvdiag.analysis.classify import classify, gather
 from cvdiag.analysis.reading import Record, ts_key
 from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
-from tests.support.fake_provider import FakeProvider, serve_fake_provider
 from tests.support.servers import serve_uvicorn
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

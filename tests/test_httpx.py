@@ -34,7 +34,7 @@ from cvdiag import (
     llm_call,
 )
 from cvdiag.pytest_plugin import CvdiagEvents
-from tests.support.fake_provider import FakeProvider
+from examples.fake_provider import FakeProvider
 from tests.support.requests import in_request as request_context
 from tests.support.requests import of, one
 from tests.support.servers import free_port, serve_uvicorn

@@ -1,7 +1,7 @@
 """The real OpenAI and Anthropic SDKs, called from inside a real cvdiag-instrumented app.
 
 A FastAPI app with ``CvdiagMiddleware`` runs under uvicorn; its handlers open agent scopes and
-call two fake providers (tests/support/fake_provider.py, one per SDK, each on its own port)
+call two fake providers (examples/fake_provider.py, one per SDK, each on its own port)
 through SDK clients built on instrumented httpx2 clients. A real httpx client calls the app with
 an ``x-test-id``; the test then reads what cvdiag wrote and what the providers saw.
 """
@@ -23,8 +23,8 @@ from fastapi.responses import StreamingResponse
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx
 from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from examples.fake_provider import FakeProvider
 from tests.schema_check import assert_valid
-from tests.support.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 
 Envelope = Mapping[str, Any]

@@ -15,7 +15,7 @@ import pytest
 from cvdiag import MemorySink
 from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
-from tests.support.fake_provider import FakeProvider
+from examples.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 
 Envelope = Mapping[str, Any]

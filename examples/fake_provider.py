@@ -1,17 +1,34 @@
 """A fake LLM provider: OpenAI- and Anthropic-shaped answers, JSON and SSE, with usage.
 
 A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
-(``base_url``) from tests, the CLI demo and the examples. It records every request it gets —
-path, model, whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the
-caller's test id reached the provider. The answer is ``reply`` split into words: one word per
-stream chunk, and ``completion_tokens`` / ``output_tokens`` equal to the word count.
+(``base_url``) from the examples' offline runs (``python -m examples NAME``) and from the test
+suite. It listens on loopback only, never reaches the network, and answers deterministically:
+``reply`` split into words, one word per stream chunk, ``completion_tokens`` /
+``output_tokens`` equal to the word count. It records every request it gets — path, model,
+whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the caller's
+test id reached the provider.
 
     provider = FakeProvider(reply="hello there")
     with serve_fake_provider(provider) as base_url:
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="test")
 
-Knobs (attributes, changeable between requests): ``first_byte_delay`` and ``chunk_delay``
-(seconds), ``fail_status`` (answer every request with this HTTP error status instead).
+Run by itself, for an app of your own: ``python -m examples.fake_provider --port 8001``, then
+``OPENAI_BASE_URL=http://127.0.0.1:8001/v1`` (``ANTHROPIC_BASE_URL=http://127.0.0.1:8001``).
+
+The failure stories cvdiag exists for, asked for per request — by a *directive* in the request
+body (put it in the user's message: it reaches the provider through any app) or in an
+``x-fake-provider`` header:
+
+``[fake:500]`` (any status from 400 to 599)
+    answer with that HTTP error (an OpenAI-shaped error body); ``[fake:429]`` is a rate limit.
+``[fake:stall]``
+    hold the answer, sending nothing, until the caller gives up (at most ``stall_limit``
+    seconds, then answer normally).
+``[fake:stall=1.5]``
+    hold the answer 1.5 s, then answer normally: a slow first token.
+
+Knobs (attributes, changeable between requests, for every request): ``first_byte_delay`` and
+``chunk_delay`` (seconds), ``fail_status`` (answer every request with this HTTP error status).
 """
 
 from __future__ import annotations
@@ -19,8 +36,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +48,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 PROMPT_TOKENS = 7
+#: Every answer's ``created`` time: the same bytes for the same request.
+CREATED = 1_700_000_000
+#: ``[fake:500]``, ``[fake:stall]``, ``[fake:stall=1.5]`` in a request body (see the module doc).
+DIRECTIVE = re.compile(rb"\[fake:(?:([45]\d\d)|stall(?:=(\d+(?:\.\d+)?))?)\]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +75,13 @@ class FakeProvider:
         first_byte_delay: float = 0.0,
         chunk_delay: float = 0.0,
         fail_status: int | None = None,
+        stall_limit: float = 60.0,
     ) -> None:
         self.reply = reply
         self.first_byte_delay = first_byte_delay
         self.chunk_delay = chunk_delay
         self.fail_status = fail_status
+        self.stall_limit = stall_limit
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
         self.app = Starlette(
@@ -80,8 +103,11 @@ class FakeProvider:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _seen(self, request: Request) -> dict[str, Any]:
-        body = await request.json()
+    async def _seen(self, request: Request) -> tuple[dict[str, Any], int | None]:
+        """Record the request, play its stall or delay; returns its body and the error status it
+        asked for (if any)."""
+        raw = await request.body()
+        body = json.loads(raw)
         with self._lock:
             self.requests.append(
                 SeenRequest(
@@ -92,16 +118,34 @@ class FakeProvider:
                     slug=request.headers.get("x-aimock-context"),
                 )
             )
+        header = request.headers.get("x-fake-provider")
+        found = DIRECTIVE.search(f"[fake:{header}]".encode() if header else raw)
+        status, stall = None, None
+        if found is not None:
+            if found.group(1):
+                status = int(found.group(1))
+            else:
+                stall = float(found.group(2)) if found.group(2) else self.stall_limit
+        if stall is not None:
+            await self._stall(request, stall)
         if self.first_byte_delay:
             await asyncio.sleep(self.first_byte_delay)
-        return dict(body)
+        return dict(body), status
 
-    def _failure(self) -> Response | None:
-        if self.fail_status is None:
+    async def _stall(self, request: Request, seconds: float) -> None:
+        """Send nothing for ``seconds``, or until the caller hangs up."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline and not await request.is_disconnected():
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+
+    def _failure(self, asked: int | None = None) -> Response | None:
+        status = asked or self.fail_status
+        if status is None:
             return None
         return JSONResponse(
             {"error": {"message": "fake failure", "type": "fake_error"}},
-            status_code=self.fail_status,
+            status_code=status,
         )
 
     async def _sse(self, frames: list[str]) -> AsyncIterator[bytes]:
@@ -116,8 +160,8 @@ class FakeProvider:
     # -- OpenAI ---------------------------------------------------------------------------------
 
     async def _chat(self, request: Request) -> Response:
-        body = await self._seen(request)
-        failure = self._failure()
+        body, status = await self._seen(request)
+        failure = self._failure(status)
         if failure is not None:
             return failure
         model = str(body.get("model", "unknown"))
@@ -126,7 +170,7 @@ class FakeProvider:
             "completion_tokens": self.completion_tokens,
             "total_tokens": PROMPT_TOKENS + self.completion_tokens,
         }
-        created = int(time.time())
+        created = CREATED
         if not body.get("stream"):
             return JSONResponse(
                 {
@@ -175,8 +219,8 @@ class FakeProvider:
         return self._stream(frames)
 
     async def _embeddings(self, request: Request) -> Response:
-        body = await self._seen(request)
-        failure = self._failure()
+        body, status = await self._seen(request)
+        failure = self._failure(status)
         if failure is not None:
             return failure
         return JSONResponse(
@@ -191,8 +235,8 @@ class FakeProvider:
     # -- OpenAI Responses API ---------------------------------------------------------------
 
     async def _responses(self, request: Request) -> Response:
-        body = await self._seen(request)
-        failure = self._failure()
+        body, status = await self._seen(request)
+        failure = self._failure(status)
         if failure is not None:
             return failure
         model = str(body.get("model", "unknown"))
@@ -207,7 +251,7 @@ class FakeProvider:
         response: dict[str, Any] = {
             "id": "resp_fake",
             "object": "response",
-            "created_at": int(time.time()),
+            "created_at": CREATED,
             "model": model,
             "status": "completed",
             "output": [message],
@@ -245,8 +289,8 @@ class FakeProvider:
     # -- Anthropic ------------------------------------------------------------------------------
 
     async def _messages(self, request: Request) -> Response:
-        body = await self._seen(request)
-        failure = self._failure()
+        body, status = await self._seen(request)
+        failure = self._failure(status)
         if failure is not None:
             return failure
         model = str(body.get("model", "unknown"))
@@ -302,8 +346,33 @@ class FakeProvider:
 
 @contextmanager
 def serve_fake_provider(provider: FakeProvider | None = None) -> Iterator[str]:
-    """Serve ``provider`` (a fresh one by default) on a loopback port; yields the base URL."""
-    from tests.support.servers import serve_uvicorn
+    """Serve ``provider`` (a fresh one by default) on a free loopback port, in a thread; yields
+    the base URL (``http://127.0.0.1:PORT``; the OpenAI SDK wants ``/v1`` after it)."""
+    from cvdiag.cli.demo import serve  # uvicorn in a thread: the helper `cvdiag demo` runs on
 
-    with serve_uvicorn((provider or FakeProvider()).app) as base_url:
+    with serve((provider or FakeProvider()).app) as base_url:
         yield base_url
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.fake_provider",
+        description="A deterministic OpenAI- and Anthropic-compatible provider on 127.0.0.1."
+        " Put [fake:500], [fake:429], [fake:stall] or [fake:stall=SECONDS] in a message (or"
+        " the same without brackets in an x-fake-provider header) to get that failure.",
+    )
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--reply", default=FakeProvider().reply, help="the answer, word by word")
+    args = parser.parse_args(argv)
+    base = f"http://127.0.0.1:{args.port}"
+    print(f"fake provider on {base}: OPENAI_BASE_URL={base}/v1 ANTHROPIC_BASE_URL={base}")
+    # Loopback only, whatever the arguments: this is a test double, not a service.
+    uvicorn.run(FakeProvider(reply=args.reply).app, host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()

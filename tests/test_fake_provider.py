@@ -1,0 +1,107 @@
+"""The bundled fake provider (examples/fake_provider.py) fails when asked, through the real SDKs.
+
+The examples' offline runs rely on these directives; the rest of the suite on its knobs, which
+tests/test_httpx.py, tests/test_llm_sdks.py and tests/test_stories.py exercise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from examples.fake_provider import CREATED, FakeProvider, serve_fake_provider
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[FakeProvider, str]]:
+    provider = FakeProvider(reply="deterministic words")
+    with serve_fake_provider(provider) as url:
+        yield provider, url
+
+
+def chat_client(url: str, timeout: float = 10) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0, timeout=timeout)
+
+
+def ask(client: openai.OpenAI, text: str, **options: object) -> str:
+    answer = client.chat.completions.create(
+        model="gpt-test",
+        messages=[{"role": "user", "content": text}],
+        **options,  # type: ignore[call-overload]
+    )
+    return str(answer.choices[0].message.content)
+
+
+def test_a_message_without_a_directive_gets_the_same_answer_every_time(
+    served: tuple[FakeProvider, str],
+) -> None:
+    _, url = served
+    client = chat_client(url)
+    first = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hi [fake:oops]"}]
+    )
+    again = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hi [fake:oops]"}]
+    )
+    assert first.model_dump() == again.model_dump()
+    assert first.created == CREATED
+    assert first.choices[0].message.content == "deterministic words"
+
+
+def test_a_status_in_the_message_is_the_answer(served: tuple[FakeProvider, str]) -> None:
+    provider, url = served
+    client = chat_client(url)
+    with pytest.raises(openai.RateLimitError):
+        ask(client, "hello [fake:429]")
+    with pytest.raises(openai.InternalServerError):
+        ask(client, "hello [fake:500]", stream=True)
+    # Anthropic's SDK through its own API, the same directive.
+    messages = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+    with pytest.raises(anthropic.RateLimitError):
+        messages.messages.create(
+            model="claude-test",
+            max_tokens=16,
+            messages=[{"role": "user", "content": "hello [fake:429]"}],
+        )
+    assert provider.requests[-1].path == "/v1/messages"
+
+
+def test_a_status_in_the_header_is_the_answer(served: tuple[FakeProvider, str]) -> None:
+    _, url = served
+    with pytest.raises(openai.InternalServerError):
+        ask(chat_client(url), "hello", extra_headers={"x-fake-provider": "503"})
+
+
+def test_a_stall_holds_the_answer_until_the_caller_gives_up(
+    served: tuple[FakeProvider, str],
+) -> None:
+    _, url = served
+    with pytest.raises(openai.APITimeoutError):
+        ask(chat_client(url, timeout=0.3), "hello [fake:stall]")
+    # A bounded stall answers in the end; the provider is not wedged by the one left behind.
+    assert ask(chat_client(url), "hello [fake:stall=0.1]") == "deterministic words"
+    assert ask(chat_client(url), "hello") == "deterministic words"
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(status=st.integers(400, 599), where=st.sampled_from(["body", "header"]))
+def test_every_error_status_can_be_asked_for(
+    served: tuple[FakeProvider, str], status: int, where: str
+) -> None:
+    _, url = served
+    body = {"model": "m", "messages": [{"role": "user", "content": f"[fake:{status}]"}]}
+    headers = {}
+    if where == "header":
+        body["messages"] = [{"role": "user", "content": "hello"}]
+        headers["x-fake-provider"] = str(status)
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=10)
+    assert answer.status_code == status
+    assert answer.json()["error"]["type"] == "fake_error"
