@@ -1,6 +1,7 @@
 """A fake LLM provider: OpenAI- and Anthropic-shaped answers, JSON and SSE, with usage.
 
-A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
+OpenAI Chat Completions, Embeddings and the Responses API; Anthropic Messages; Gemini's
+``generateContent`` (JSON). A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
 (``base_url``) from tests, the CLI demo and the examples. It records every request it gets —
 path, model, whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the
 caller's test id reached the provider. The answer is ``reply`` split into words: one word per
@@ -67,6 +68,7 @@ class FakeProvider:
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1beta/models/{call}", self._generate_content, methods=["POST"]),
             ]
         )
 
@@ -241,6 +243,33 @@ class FakeProvider:
         ]
         frames.append(event("response.completed", {"response": response}))
         return self._stream(frames)
+
+    # -- Gemini generateContent (JSON only) -------------------------------------------------
+
+    async def _generate_content(self, request: Request) -> Response:
+        await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        model = request.path_params["call"].partition(":")[0]
+        return JSONResponse(
+            {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": self.reply}]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": PROMPT_TOKENS,
+                    "candidatesTokenCount": self.completion_tokens,
+                    "totalTokenCount": PROMPT_TOKENS + self.completion_tokens,
+                },
+                "modelVersion": f"{model}-001",
+                "responseId": "gemini-fake",
+            }
+        )
 
     # -- Anthropic ------------------------------------------------------------------------------
 
