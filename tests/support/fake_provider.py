@@ -1,11 +1,12 @@
 """A fake LLM provider: OpenAI- and Anthropic-shaped answers, JSON and SSE, with usage.
 
 OpenAI Chat Completions, Embeddings and the Responses API; Anthropic Messages; Gemini's
-``generateContent`` (JSON). A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
-(``base_url``) from tests, the CLI demo and the examples. It records every request it gets —
-path, model, whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the
-caller's test id reached the provider. The answer is ``reply`` split into words: one word per
-stream chunk, and ``completion_tokens`` / ``output_tokens`` equal to the word count.
+``generateContent`` (JSON). A small Starlette app, so the real ``openai`` and ``anthropic``
+SDKs can be pointed at it (``base_url``) from tests, the CLI demo and the examples. It records
+every request it gets — path, model, whether it streamed, and the ``x-test-id`` / slug headers —
+so a test can prove the caller's test id reached the provider. The answer is ``reply`` split
+into words: one word per stream chunk, and ``completion_tokens`` / ``output_tokens`` equal to
+the word count.
 
     provider = FakeProvider(reply="hello there")
     with serve_fake_provider(provider) as base_url:
