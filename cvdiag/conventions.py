@@ -17,7 +17,7 @@ import importlib
 from types import ModuleType
 from typing import Final
 
-__all__ = ["SEMCONV_PACKAGE", "fallbacks_used"]
+__all__ = ["SEMCONV_PACKAGE", "fallbacks_used", "metric_names"]
 
 
 def _module(name: str) -> ModuleType | None:
@@ -31,7 +31,6 @@ _GEN_AI: Final = _module("opentelemetry.semconv._incubating.attributes.gen_ai_at
 _OPENAI: Final = _module("opentelemetry.semconv._incubating.attributes.openai_attributes")
 _SERVER: Final = _module("opentelemetry.semconv.attributes.server_attributes")
 _ERROR: Final = _module("opentelemetry.semconv.attributes.error_attributes")
-_METRICS: Final = _module("opentelemetry.semconv._incubating.metrics.gen_ai_metrics")
 #: Whether the conventions package could be read at all.
 SEMCONV_PACKAGE: Final = _GEN_AI is not None
 _fallbacks: list[str] = []
@@ -87,12 +86,19 @@ ERROR_TYPE: Final = _name(_ERROR, "ERROR_TYPE", "error.type")
 
 # --- metric names --------------------------------------------------------------------------------
 
-GEN_AI_CLIENT_OPERATION_DURATION: Final = _name(
-    _METRICS, "GEN_AI_CLIENT_OPERATION_DURATION", "gen_ai.client.operation.duration"
-)
-GEN_AI_CLIENT_TOKEN_USAGE: Final = _name(
-    _METRICS, "GEN_AI_CLIENT_TOKEN_USAGE", "gen_ai.client.token.usage"
-)
+
+def metric_names() -> tuple[str, str]:
+    """``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage``.
+
+    Read when the bridge starts, not at import: the package's metrics module imports
+    ``opentelemetry.metrics``, which an instrumented client with the bridge off never needs.
+    """
+    module = _module("opentelemetry.semconv._incubating.metrics.gen_ai_metrics")
+    return (
+        _name(module, "GEN_AI_CLIENT_OPERATION_DURATION", "gen_ai.client.operation.duration"),
+        _name(module, "GEN_AI_CLIENT_TOKEN_USAGE", "gen_ai.client.token.usage"),
+    )
+
 
 # --- well-known values ---------------------------------------------------------------------------
 

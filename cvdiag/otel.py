@@ -89,13 +89,14 @@ class OtelBridge:
 
         self._tracer = trace.get_tracer(_SCOPE, __version__)
         meter = metrics.get_meter(_SCOPE, __version__)
+        duration, token_usage = sc.metric_names()
         self._duration = meter.create_histogram(
-            sc.GEN_AI_CLIENT_OPERATION_DURATION,
+            duration,
             unit="s",
             description="GenAI operation duration",
         )
         self._tokens = meter.create_histogram(
-            sc.GEN_AI_CLIENT_TOKEN_USAGE,
+            token_usage,
             unit="{token}",
             description="Number of input and output tokens used",
         )

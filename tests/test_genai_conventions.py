@@ -342,6 +342,7 @@ def test_the_bridge_works_without_the_conventions_package() -> None:
         sys.modules["opentelemetry.semconv"] = None  # as if not installed
         from cvdiag import conventions, otel
         names = {k: v for k, v in vars(conventions).items() if k.isupper() and isinstance(v, str)}
+        names["metrics"] = list(conventions.metric_names())
         print(json.dumps([conventions.SEMCONV_PACKAGE, names]))
         """
     )
@@ -353,6 +354,7 @@ def test_the_bridge_works_without_the_conventions_package() -> None:
     from cvdiag import conventions
 
     assert conventions.SEMCONV_PACKAGE
-    assert conventions.fallbacks_used() == ()  # the pinned package has every name
     here = {k: v for k, v in vars(conventions).items() if k.isupper() and isinstance(v, str)}
+    here["metrics"] = list(conventions.metric_names())
+    assert conventions.fallbacks_used() == ()  # the pinned package has every name
     assert fallback == here
