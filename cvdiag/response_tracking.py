@@ -202,7 +202,9 @@ class Tracker:
         if USAGE_MARK not in line and self._seen_data:
             if line[5:].strip() == b"[DONE]":
                 self.provider_done = True
-            else:
+            elif b'eason"' in line and b'eason": null' not in line and b'eason":null' not in line:
+                # Most content chunks say ``"finish_reason": null``: two substring checks
+                # spare them the regular expression.
                 for reason in FINISH_IN_LINE.findall(line):
                     self.facts.add_reason(reason.decode())
             return
