@@ -18,11 +18,15 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span, SpanKind
 from opentelemetry.trace.status import Status, StatusCode
 
+from cvdiag import conventions as sc
+from cvdiag import otel_genai
 from cvdiag.guard import record_failure
 from cvdiag.scrub import scrub, scrub_identifier
 
 if TYPE_CHECKING:
     from cvdiag.context import RequestContext
+    from cvdiag.providers import RequestFacts
+    from cvdiag.scopes import LLMCall
 
 _SCOPE: Final = "cvdiag"
 _UNCONFIGURED_METERS: Final = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
@@ -85,13 +89,16 @@ class OtelBridge:
 
         self._tracer = trace.get_tracer(_SCOPE, __version__)
         meter = metrics.get_meter(_SCOPE, __version__)
+        duration, token_usage = sc.metric_names()
         self._duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
+            duration,
             unit="s",
             description="GenAI operation duration",
         )
         self._tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Tokens used per operation"
+            token_usage,
+            unit="{token}",
+            description="Number of input and output tokens used",
         )
         self._aborted = meter.create_counter(
             "cvdiag.stream.aborted",
@@ -165,24 +172,18 @@ class OtelBridge:
             f"invoke_agent {agent_name}",
             SpanKind.INTERNAL,
             {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": agent_name,
-                "gen_ai.request.model": None if model_id is None else _scrubbed(model_id),
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.GEN_AI_AGENT_NAME: agent_name,
+                sc.GEN_AI_REQUEST_MODEL: None if model_id is None else _scrubbed(model_id),
             },
         )
 
-    def start_llm_span(self, provider: str, model: str) -> Span | None:
-        """``chat {model}``, CLIENT, per the GenAI semantic conventions."""
-        model = _scrubbed(model)
-        return self.start_span(
-            f"chat {model}",
-            SpanKind.CLIENT,
-            {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": _scrubbed(provider),
-                "gen_ai.request.model": model,
-            },
-        )
+    def start_llm_span(
+        self, provider: str, model: str, facts: RequestFacts | None = None
+    ) -> Span | None:
+        """``{operation} {model}``, CLIENT, per the GenAI semantic conventions."""
+        name, attributes = otel_genai.start(provider, model, facts)
+        return self.start_span(name, SpanKind.CLIENT, attributes)
 
     @staticmethod
     def fail(span: Span | None, exc: BaseException) -> None:
@@ -192,30 +193,29 @@ class OtelBridge:
     def fail_with(span: Span | None, error_type: str) -> None:
         """Mark ``span`` failed with ``error.type`` (no exception message: it may hold secrets)."""
         if span is not None and span.is_recording():
-            span.set_attribute("error.type", error_type)
+            span.set_attribute(sc.ERROR_TYPE, error_type)
             span.set_status(Status(StatusCode.ERROR))
 
     # -- metrics ----------------------------------------------------------------------------
 
-    def record_llm_call(
-        self,
-        *,
-        provider: str,
-        model: str,
-        seconds: float,
-        output_tokens: int | None,
-        error_type: str | None,
+    def end_llm_call(
+        self, call: LLMCall, span: Span | None, seconds: float, error_class: str | None
     ) -> None:
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _scrubbed(provider),
-            "gen_ai.request.model": _scrubbed(model),
-        }
-        if error_type is not None:
-            attributes["error.type"] = error_type
-        self._duration.record(seconds, attributes)
-        if output_tokens is not None:
-            self._tokens.record(output_tokens, {**attributes, "gen_ai.token.type": "output"})
+        """The call's metrics, and its span's closing attributes; ends the span."""
+        try:
+            attributes = otel_genai.metric_attributes(call, error_class)
+            self._duration.record(seconds, attributes)
+            for token_type, count in otel_genai.tokens(call).items():
+                self._tokens.record(count, {**attributes, sc.GEN_AI_TOKEN_TYPE: token_type})
+        except Exception as exc:  # a failing metric reader costs the metric, not the span
+            record_failure("otel", exc)
+        if span is None:
+            return
+        if call.started_at is not None:
+            span.set_attributes(otel_genai.end(call, call.started_at, error_class))
+        if error_class is not None:
+            self.fail_with(span, otel_genai.error_type(error_class))
+        span.end()
 
     def record_abort(self, termination_kind: str) -> None:
         self._aborted.add(1, {"termination_kind": termination_kind})

@@ -44,6 +44,8 @@ from cvdiag.sinks import before_exit
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
+    from cvdiag.providers import RequestFacts, ResponseFacts
+
 __all__ = ["AgentScope", "LLMCall", "agent_scope", "current_llm_call", "llm_call"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -492,6 +494,10 @@ class LLMCall(_Scope):
     #: Set by an instrumented stream dropped unclosed (from a finalizer, which must not take
     #: locks): the heartbeat thread ends the call at its next beat.
     orphaned: bool = False
+    #: What an instrumented client knows of the request (operation, streaming, server) and
+    #: read from the response (tokens, response model and id, finish reasons): for the span.
+    request_facts: RequestFacts | None = None
+    response_facts: ResponseFacts | None = None
     _ctx: RequestContext | None = None
     _emitter: Emitter | None = None
     _lock: threading.Lock | None = None
@@ -556,7 +562,7 @@ class LLMCall(_Scope):
             if not self.ended:  # live elsewhere (the transport drives it): leave it alone
                 return False
             # A handle used again for a new call: forget the previous one.
-            self.response_token_count = self.first_chunk_at = None
+            self.response_token_count = self.first_chunk_at = self.response_facts = None
             self.ended = self.orphaned = self._scheduled = False
         ctx = _CURRENT.get() or _fresh_context(emitter)
         span = new_span_id()
@@ -567,7 +573,9 @@ class LLMCall(_Scope):
         self._live = True
         _LIVE_CALLS.add(self)
         if emitter.otel is not None:
-            self._otel_span = emitter.otel.start_llm_span(self.provider, self.model)
+            self._otel_span = emitter.otel.start_llm_span(
+                self.provider, self.model, self.request_facts
+            )
         self._emit_in_span(
             emitter,
             "backend.llm.call.start",
@@ -643,28 +651,9 @@ class LLMCall(_Scope):
 
     def _finish_otel(self, emitter: Emitter, started: float, error_class: str | None) -> None:
         """The GenAI span attributes known at the end, and the call's metrics."""
-        bridge = emitter.otel
-        if bridge is None:
-            return
-        bridge.record_llm_call(
-            provider=self.provider,
-            model=self.model,
-            seconds=time.monotonic() - started,
-            output_tokens=self.response_token_count,
-            error_type=error_class,
-        )
         span, self._otel_span = self._otel_span, None
-        if span is None:
-            return
-        if self.response_token_count is not None:
-            span.set_attribute("gen_ai.usage.output_tokens", self.response_token_count)
-        if self.first_chunk_at is not None:
-            span.set_attribute(
-                "gen_ai.response.time_to_first_chunk", max(0.0, self.first_chunk_at - started)
-            )
-        if error_class is not None:
-            bridge.fail_with(span, error_class)
-        span.end()
+        if emitter.otel is not None:
+            emitter.otel.end_llm_call(self, span, time.monotonic() - started, error_class)
 
     # -- driven by the heartbeat thread ------------------------------------------------------
 

@@ -22,6 +22,12 @@ _NUMBERS: Final = {
     "CVDIAG_HEARTBEAT_INTERVAL": "a positive number of seconds",
     "CVDIAG_QUEUE_SIZE": "a positive whole number",
 }
+_LISTS: Final = (
+    "CVDIAG_SCRUB_PATTERNS",
+    "CVDIAG_SCRUB_KEYS",
+    "CVDIAG_SCRUB_ALLOW",
+    "CVDIAG_FORWARD_HOSTS",
+)
 #: Problems already reported on stderr: each is said once per process, however often the
 #: environment is read.
 _reported: set[str] = set()
@@ -113,7 +119,17 @@ def environment_problems(environ: Mapping[str, str]) -> list[str]:
             problems.append(
                 f"{name}={raw[:40]!r} is not {expected}: the default {defaults[name]} is used"
             )
-    known = {*_FLAGS, *_NUMBERS}
+    forward = environ.get("CVDIAG_FORWARD_HOSTS")
+    if forward is not None:
+        from cvdiag.forwarding import split_forward_hosts
+
+        _, rejected = split_forward_hosts(_list({"v": forward}, "v", commas=True))
+        for item in rejected:
+            problems.append(
+                f"CVDIAG_FORWARD_HOSTS item {item[:64]!r} is not a host name, an IP address,"
+                " *.suffix or *: ignored"
+            )
+    known = {*_FLAGS, *_NUMBERS, *_LISTS}
     for name in sorted(environ):
         if name.startswith("CVDIAG_") and name not in known:
             problems.append(
@@ -170,14 +186,28 @@ class Settings:
     scrub_allow: tuple[str, ...] = ()
     #: Set by ``from_env``: patterns from CVDIAG_SCRUB_PATTERNS that did not compile; reported once.
     scrub_rejected: tuple[str, ...] = ()
+    #: Outbound hosts that receive the test id and slug headers besides local ones
+    #: (docs/agents-and-llm-calls.md): host names, IP addresses, ``*.suffix``, or ``*`` for all.
+    forward_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("scrub_patterns", "scrub_keys", "scrub_allow", "scrub_rejected"):
+        for name in (
+            "scrub_patterns",
+            "scrub_keys",
+            "scrub_allow",
+            "scrub_rejected",
+            "forward_hosts",
+        ):
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         for pattern in self.scrub_patterns:
             if not _compiles(pattern):
                 raise ValueError(f"scrub_patterns: {pattern!r} is not a valid regular expression")
+        from cvdiag.forwarding import split_forward_hosts
+
+        _, rejected = split_forward_hosts(self.forward_hosts)
+        if rejected:
+            raise ValueError(f"forward_hosts: {rejected[0]!r} is not a host name or *.suffix")
         object.__setattr__(self, "tier", _tier(self.tier))
         object.__setattr__(self, "debug_fallback_tier", _tier(self.debug_fallback_tier))
         if self.heartbeat_interval <= 0:
@@ -201,11 +231,15 @@ class Settings:
         else:
             tier = Tier.DEFAULT
         patterns = _list(env, "CVDIAG_SCRUB_PATTERNS", commas=False)
+        from cvdiag.forwarding import split_forward_hosts
+
+        forward, _ = split_forward_hosts(_list(env, "CVDIAG_FORWARD_HOSTS", commas=True))
         return cls(
             scrub_patterns=tuple(p for p in patterns if _compiles(p)),
             scrub_keys=_list(env, "CVDIAG_SCRUB_KEYS", commas=True),
             scrub_allow=_list(env, "CVDIAG_SCRUB_ALLOW", commas=True),
             scrub_rejected=tuple(p for p in patterns if not _compiles(p)),
+            forward_hosts=forward,
             enabled=_flag(env, "CVDIAG_BACKEND_EMITTER"),
             tier=tier,
             heartbeat_interval=_positive_float(env, "CVDIAG_HEARTBEAT_INTERVAL", 10.0),

@@ -1,12 +1,13 @@
 """A fake LLM provider: OpenAI- and Anthropic-shaped answers, JSON and SSE, with usage.
 
-A small Starlette app, so the real ``openai`` and ``anthropic`` SDKs can be pointed at it
-(``base_url``) from the examples' offline runs (``python -m examples NAME``) and from the test
-suite. It listens on loopback only, never reaches the network, and answers deterministically:
-``reply`` split into words, one word per stream chunk, ``completion_tokens`` /
-``output_tokens`` equal to the word count. It records every request it gets — path, model,
-whether it streamed, and the ``x-test-id`` / slug headers — so a test can prove the caller's
-test id reached the provider.
+OpenAI Chat Completions, Embeddings and the Responses API; Anthropic Messages; Gemini's
+``generateContent`` (JSON). A small Starlette app, so the real ``openai`` and ``anthropic``
+SDKs can be pointed at it (``base_url``) from the examples' offline runs (``python -m examples
+NAME``) and from the test suite. It listens on loopback only, never reaches the network, and
+answers deterministically: ``reply`` split into words, one word per stream chunk,
+``completion_tokens`` / ``output_tokens`` equal to the word count. It records every request it
+gets — path, model, whether it streamed, and the ``x-test-id`` / slug headers — so a test can
+prove the caller's test id reached the provider.
 
     provider = FakeProvider(reply="hello there")
     with serve_fake_provider(provider) as base_url:
@@ -90,6 +91,7 @@ class FakeProvider:
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1beta/models/{call}", self._generate_content, methods=["POST"]),
             ]
         )
 
@@ -285,6 +287,33 @@ class FakeProvider:
         ]
         frames.append(event("response.completed", {"response": response}))
         return self._stream(frames)
+
+    # -- Gemini generateContent (JSON only) -------------------------------------------------
+
+    async def _generate_content(self, request: Request) -> Response:
+        await self._seen(request)
+        failure = self._failure()
+        if failure is not None:
+            return failure
+        model = request.path_params["call"].partition(":")[0]
+        return JSONResponse(
+            {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": self.reply}]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": PROMPT_TOKENS,
+                    "candidatesTokenCount": self.completion_tokens,
+                    "totalTokenCount": PROMPT_TOKENS + self.completion_tokens,
+                },
+                "modelVersion": f"{model}-001",
+                "responseId": "gemini-fake",
+            }
+        )
 
     # -- Anthropic ------------------------------------------------------------------------------
 

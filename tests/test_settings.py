@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.schema import Tier
-from cvdiag.settings import DEBUG_ENVIRONMENTS
+from cvdiag.settings import DEBUG_ENVIRONMENTS, environment_problems
 
 
 @pytest.mark.parametrize("value", ["1", "true", "TRUE", " yes ", "On", "\ton\n"])
@@ -196,3 +196,16 @@ def test_a_refused_debug_names_the_variables_that_set_the_label() -> None:
 def test_a_bad_tier_names_the_tiers() -> None:
     with pytest.raises(ValueError, match="default, verbose, debug"):
         Settings(tier="bogus")
+
+
+def test_every_variable_cvdiag_reads_is_known() -> None:
+    env = dict.fromkeys(
+        (
+            "CVDIAG_SCRUB_PATTERNS",
+            "CVDIAG_SCRUB_KEYS",
+            "CVDIAG_SCRUB_ALLOW",
+            "CVDIAG_FORWARD_HOSTS",
+        ),
+        "x",
+    )
+    assert environment_problems(env) == []
