@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "Emitter": "cvdiag.emitter",
     "FileSink": "cvdiag.sinks",
     "LLMCall": "cvdiag.scopes",
+    "LogContextFilter": "cvdiag.log_context",
     "LoggingSink": "cvdiag.sinks",
     "MemorySink": "cvdiag.sinks",
     "RequestContext": "cvdiag.context",
@@ -31,6 +32,7 @@ _LAZY: dict[str, str] = {
     "Sink": "cvdiag.sinks",
     "StdoutSink": "cvdiag.sinks",
     "Tier": "cvdiag.schema",
+    "add_log_context": "cvdiag.log_context",
     "agent_scope": "cvdiag.scopes",
     "configure": "cvdiag.emitter",
     "current_context": "cvdiag.context",
@@ -50,6 +52,7 @@ __all__ = [
     "Emitter",
     "FileSink",
     "LLMCall",
+    "LogContextFilter",
     "LoggingSink",
     "MemorySink",
     "RequestContext",
@@ -57,6 +60,7 @@ __all__ = [
     "Sink",
     "StdoutSink",
     "Tier",
+    "add_log_context",
     "agent_scope",
     "configure",
     "current_context",
@@ -72,6 +76,7 @@ if TYPE_CHECKING:
     from cvdiag.context import RequestContext, current_context
     from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
     from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
+    from cvdiag.log_context import LogContextFilter, add_log_context
     from cvdiag.middleware import CvdiagMiddleware
     from cvdiag.schema import Tier
     from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call

@@ -37,14 +37,18 @@ class RequestState:
 
     ``streams``: instrumented LLM response streams opened in the request and not yet ended,
     so that none outlives the request unread. ``turn_cut``: a scope saw the client leave.
-    One is made per observed request; scopes and transports find it through ``_STATE``.
+    ``held``: ``agent_scope(until="response")`` turns the request ends before its terminal
+    (cvdiag/response_scope.py); ``responded``: that terminal is out. One is made per observed
+    request; scopes and transports find it through ``_STATE``.
     """
 
-    __slots__ = ("streams", "turn_cut")
+    __slots__ = ("held", "responded", "streams", "turn_cut")
 
     def __init__(self) -> None:
         self.streams: list[Any] | None = None
         self.turn_cut = False
+        self.held: list[Any] | None = None
+        self.responded = False
 
 
 _STATE: ContextVar[RequestState | None] = ContextVar("cvdiag_request_state", default=None)

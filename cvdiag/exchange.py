@@ -23,6 +23,7 @@ from cvdiag.errors import (
 )
 from cvdiag.guard import record_failure
 from cvdiag.headers import response_facts
+from cvdiag.response_scope import end_held, ended_short
 
 if TYPE_CHECKING:
     from cvdiag.template import RequestLines
@@ -154,10 +155,19 @@ class Exchange:
         if streams:
             state.streams = [s for s in streams if not s.request_ending(body_end=body_end)]
 
+    def responding_ends(self, *, completed: bool) -> None:
+        """The terminal is next: end the agent turns held for the response first (``ok`` when
+        the response completed, else ``cancelled``: it stopped without an exception)."""
+        state = self.state
+        state.responded = True
+        if state.held:
+            end_held(state, None if completed else ended_short())
+
     def complete(self, status: int | None = None) -> None:
         if self.terminal:
             return
         self.terminal = True
+        self.responding_ends(completed=True)
         self.settle()
         total = ms_since(self.start)
         status = self.status if status is None else status
@@ -186,6 +196,7 @@ class Exchange:
         if self.terminal:
             return
         self.terminal = True
+        self.responding_ends(completed=False)
         self.settle()
         if self.emitter.otel is not None:
             self.emitter.otel.record_abort(termination_kind)
@@ -279,6 +290,8 @@ class Exchange:
         if not self.active:
             return
         try:
+            if exc is not None and self.state.held:
+                end_held(self.state, exc)  # the agent reports the error under its span
             kind = classify_exit(exc)
             if kind in ("error", "timeout") and exc is not None and claim_report(exc):
                 self.error(exc)  # unless a scope inside the request already reported it

@@ -27,6 +27,7 @@ from cvdiag.guard import record_failure, say
 from cvdiag.headers import CONTENT_LENGTH, EDGE, PATH_MAX, content_length, demo_name, edge_value
 from cvdiag.http_exchange import HTTPExchange
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.response_scope import release
 from cvdiag.schema import EDGE_HEADER_KEYS, Tier
 from cvdiag.scopes import end_outstanding_calls
 from cvdiag.scrub import scrub, scrub_text
@@ -170,6 +171,8 @@ class CvdiagMiddleware:
         else:
             exchange.finish(None)
         finally:
+            if exchange.state.held is not None:
+                release(exchange.state, failure)
             _STATE.reset(state_token)
             reset_context(token)
             if own is not None:

@@ -30,7 +30,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 from cvdiag import emitter as _emitters
 from cvdiag.context import _CURRENT, _STATE, RequestContext
@@ -53,6 +53,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: OpenTelemetry context that makes its span current (when the bridge is on).
 _Tokens = tuple[Token[RequestContext | None], Token["LLMCall | None"] | None, object | None]
 _S = TypeVar("_S", bound="_Scope")
+#: When an agent turn ends: when its block (or decorated function) exits, or when the response
+#: of the request it runs in ends.
+Until = Literal["exit", "response"]
 
 #: The innermost live ``llm_call``: lets an instrumented httpx client inside a hand-written call
 #: fill that call in instead of opening a second one for the same request.
@@ -396,15 +399,32 @@ class AgentScope(_Scope):
     _emitter: Emitter | None = None
     _started: float = 0.0
 
-    def __init__(self, agent_name: str, *, model_id: str | None = None) -> None:
+    def __init__(
+        self, agent_name: str, *, model_id: str | None = None, until: Until = "exit"
+    ) -> None:
+        if until not in ("exit", "response"):
+            raise ValueError(f"until must be 'exit' or 'response', not {until!r}")
         self.agent_name = agent_name
         self.model_id = model_id
+        self.until = until
 
     def __repr__(self) -> str:
-        return f"agent_scope({self.agent_name!r}, model_id={self.model_id!r})"
+        held = ", until='response'" if self.until == "response" else ""
+        return f"agent_scope({self.agent_name!r}, model_id={self.model_id!r}{held})"
 
     def _copy(self) -> AgentScope:
-        return AgentScope(self.agent_name, model_id=self.model_id)
+        return AgentScope(self.agent_name, model_id=self.model_id, until=self.until)
+
+    def _exit(self, exc: BaseException | None) -> None:
+        # until="response": a block that ends without an exception, inside a request whose
+        # terminal is still to come, hands the turn to the request (cvdiag/response_scope.py).
+        if self.until == "response" and exc is None and self._depth == 1 and self._live:
+            from cvdiag.response_scope import hold
+
+            if hold(self):
+                self._depth = 0
+                return
+        super()._exit(exc)
 
     def _begin(self) -> bool:
         emitter = get_emitter()
@@ -461,9 +481,17 @@ class AgentScope(_Scope):
         self._end_span(exc)
 
 
-def agent_scope(agent_name: str, *, model_id: str | None = None) -> AgentScope:
-    """An agent turn: ``with``, ``async with``, or a decorator (functions and generators)."""
-    return AgentScope(agent_name, model_id=model_id)
+def agent_scope(
+    agent_name: str, *, model_id: str | None = None, until: Until = "exit"
+) -> AgentScope:
+    """An agent turn: ``with``, ``async with``, or a decorator (functions and generators).
+
+    ``until="response"``: inside a request, the turn lasts until the request's response ends
+    (its streamed body included), not until the block or decorated handler returns; see
+    docs/agents-and-llm-calls.md. Outside a request, or when the block raises, it is a plain
+    scope.
+    """
+    return AgentScope(agent_name, model_id=model_id, until=until)
 
 
 # --- llm_call ----------------------------------------------------------------------------------

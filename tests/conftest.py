@@ -39,3 +39,17 @@ def reference_dir() -> Path:
     if not REFERENCE.is_dir():
         pytest.fail(f"vendored reference data not found at {REFERENCE}")
     return REFERENCE
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line naming the framework recipes (tests/test_frameworks.py) left out, and why."""
+    from tests.test_frameworks import RECIPES, missing
+
+    left_out = {name: missing(name) for name in RECIPES}
+    absent = sorted({dist for dists in left_out.values() for dist in dists})
+    if absent:
+        names = ", ".join(name for name, dists in left_out.items() if dists)
+        terminalreporter.write_line(
+            f"frameworks recipes skipped: {names} ({', '.join(absent)} not installed;"
+            " pip install -e '.[frameworks]')"
+        )

@@ -163,6 +163,12 @@ class Block:
             return self.note[len("example:") :].strip()
         return None
 
+    @property
+    def recipe(self) -> str | None:
+        if self.note and self.note.startswith("recipe:"):
+            return self.note[len("recipe:") :].strip()
+        return None
+
 
 def blocks(page: Path) -> list[Block]:
     text = page.read_text(encoding="utf-8")
@@ -466,6 +472,11 @@ class Page:
             from tests.test_scopes_docs import examples
 
             assert block.example in examples(), f"{block.where}: example not run by its test"
+            return
+        if block.recipe is not None:
+            from tests.test_frameworks import RECIPES
+
+            assert block.recipe in RECIPES, f"{block.where}: recipe not run by its test"
             return
         if re.search(r"^(async )?def test_", block.code, re.M):
             path = self.workdir / f"test_{self.page.stem.replace('-', '_')}_{block.line}.py"

@@ -1,7 +1,7 @@
 """LLM calls as the OpenTelemetry GenAI semantic conventions describe them.
 
 The real ``openai`` and ``anthropic`` SDKs, on instrumented httpx2 clients, call the fake provider
-(tests/support/fake_provider.py) on loopback; the real OpenTelemetry SDK records into an
+(examples/fake_provider.py) on loopback; the real OpenTelemetry SDK records into an
 in-memory span exporter and metric reader. Every attribute is named by the constant of the
 ``opentelemetry-semantic-conventions`` package, never by a string written here.
 """
