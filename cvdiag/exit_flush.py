@@ -1,7 +1,7 @@
 """Write out what is queued at exit and on SIGTERM, and start afresh in a forked child.
 
 Queued sinks register here when their writer starts; ``before_exit`` lets other parts say what
-must still be said first (a call outstanding at shutdown ends, cvdiag/scopes.py).
+must still be said first (a call outstanding at shutdown ends, cvdiag/llm_calls.py).
 """
 
 from __future__ import annotations

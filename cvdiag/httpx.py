@@ -33,7 +33,7 @@ from cvdiag.guard import record_failure
 from cvdiag.httpx_streams import stream_class
 from cvdiag.providers import DEFAULT_LLM_HOSTS, DEFAULT_LLM_PATHS, Detector, describe_request
 from cvdiag.response_tracking import Tracker
-from cvdiag.scopes import _ACTIVE_CALL, LLMCall
+from cvdiag.scopes import ACTIVE_CALL, LLMCall
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -187,7 +187,7 @@ def _llm_exchange(request: Any, options: _Options, emitter: Emitter) -> _Exchang
     target = options.detector.target(str(url.host), url.port, str(url.path))
     if target is None:
         return None
-    active = _ACTIVE_CALL.get()
+    active = ACTIVE_CALL.get()
     if active is not None and not active.ended:
         # Inside a hand-written llm_call: fill it in rather than open a second call.
         return _Exchange(active, owned=False)
