@@ -65,6 +65,16 @@ class Input:
             return None
         return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
 
+    @property
+    def rereadable(self) -> bool:
+        """Whether opening the name again reads the same bytes: a regular file, not stdin."""
+        if self.name == "<stdin>":
+            return False
+        try:
+            return stat.S_ISREG(os.fstat(self._raw.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return False
+
 
 def _is_fifo(mode: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)

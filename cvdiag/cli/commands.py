@@ -13,6 +13,7 @@ import orjson
 from cvdiag.analysis import classify as classifying
 from cvdiag.analysis import stats as statistics
 from cvdiag.analysis import timeline, validate
+from cvdiag.analysis.pertest import Again
 from cvdiag.analysis.reading import (
     STDIN,
     Input,
@@ -51,6 +52,28 @@ def _opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
 def _progress(progress: Progress, done: int, total: int | None) -> None:
     progress.total = total
     progress.update(done)
+
+
+def again(args: argparse.Namespace, inputs: list[Input]) -> Again | None:
+    """A second read of the inputs, for the test ids ``pertest`` folded too early: only
+    envelopes of a test's story (no accounting), in the first read's order, nothing reported
+    twice. None when an input cannot be read twice."""
+    if not all(item.rereadable for item in inputs):
+        return None
+
+    def read(ids: frozenset[str]) -> Iterator[Record]:
+        with Inputs(args.files) as sources:
+            for source in sources:
+                source.numbered = False
+                for record in records(source, _already_reported, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        yield record
+
+    return read
+
+
+def _already_reported(problem: Malformed) -> None:
+    pass
 
 
 def _names(args: argparse.Namespace) -> str:
@@ -210,8 +233,12 @@ def _fact(value: object) -> str:
 
 def stats(args: argparse.Namespace) -> int:
     malformed = Malformations("stats")
-    report = statistics.Stats(by_class=args.by_class)
     with _opened(args, numbered=False) as inputs:
+        report = statistics.Stats(
+            by_class=args.by_class,
+            first_token_timeout=args.first_token_timeout,
+            again=again(args, inputs),
+        )
         # Figures do not depend on order: the inputs are read one after another, not merged.
         report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
     args.progress.done()
