@@ -22,7 +22,7 @@ from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.reading import Record
 
 #: Test ids whose facts are kept open; a log's concurrent requests are far fewer.
-ACTIVE: Final = 4096
+ACTIVE: Final = 2048
 
 T = TypeVar("T")
 #: Folds one test id: ``(first-seen order, slug, facts) -> value``.
