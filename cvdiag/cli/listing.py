@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
+import struct
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -29,59 +31,93 @@ def _status(facts: Facts) -> str:
     return status if done.outcome == "ok" else f"{status} {done.outcome}"
 
 
-#: One test id, folded (``pertest``): the ``ls`` row's figures, nothing else.
-#: (first ts, first mono_ns, first-seen order, class, status, requests, slug, duration,
-#: envelopes, log tier).
-Row = tuple[str, int, int, str, str, int, str, "float | None", int, str]
-_SHARED: dict[str, str] = {}  # status texts repeat: one string each
+#: The figures of a row after its sort key: requests, envelopes, duration (NaN for none), and
+#: the class, status, slug and log tier as indexes into ``Rows.texts``.
+_FIGURES: Final = struct.Struct(">QQdIIII")
 
 
-def _fold(timeout: float) -> Callable[[int, str, Facts], Row]:
-    def fold(order: int, slug: str, facts: Facts) -> Row:
-        verdict = classify(facts, first_token_timeout=timeout)
+class Rows:
+    """``ls`` rows folded into one ``bytes`` each (``pertest``), about 100 bytes a test id.
+
+    A row starts with its sort key: the first ts (UTF-8), the first ``mono_ns`` and the order in
+    which the test id appeared, big-endian, so rows sort as bytes exactly as the tuples did. Its
+    last byte is the length of the ts. Texts repeat (classes, statuses, slugs): each is kept once.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.texts: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def _text(self, value: str) -> int:
+        index = self._index.get(value)
+        if index is None:
+            index = self._index[value] = len(self.texts)
+            self.texts.append(value)
+        return index
+
+    def fold(self, order: int, slug: str, facts: Facts) -> bytes:
+        verdict = classify(facts, first_token_timeout=self.timeout)
         first, last = facts.first, facts.last
         duration = Clock(first).offset_ms(last) if first is not None and last is not None else None
-        status = _status(facts)
-        return (
-            first[0] if first is not None else "",
-            first[1] if first is not None else 0,
-            order,
-            verdict.flap_class,
-            _SHARED.setdefault(status, status),
-            facts.requests,
-            slug,
-            round(duration, 3) if duration is not None else None,
-            facts.count,
-            verdict.log_tier,
+        ts = (first[0] if first is not None else "").encode()
+        mono = first[1] if first is not None else 0
+        return b"".join(
+            (
+                ts,
+                (mono + 2**63).to_bytes(9, "big"),  # any 64-bit mono_ns, signed or not
+                order.to_bytes(4, "big"),
+                _FIGURES.pack(
+                    facts.requests,
+                    facts.count,
+                    round(duration, 3) if duration is not None else math.nan,
+                    self._text(verdict.flap_class),
+                    self._text(_status(facts)),
+                    self._text(slug),
+                    self._text(verdict.log_tier),
+                ),
+                bytes((len(ts),)),
+            )
         )
 
-    return fold
+    def restore(self, row: bytes) -> tuple[int, str]:
+        """The order and slug a row was folded with."""
+        size = row[-1]
+        order = int.from_bytes(row[size + 9 : size + 13], "big")
+        slug: int = _FIGURES.unpack_from(row, size + 13)[5]
+        return order, self.texts[slug]
 
+    def first_seen(self, row: bytes) -> str:
+        return row[: row[-1]].decode()
 
-def _restore(row: Row) -> tuple[int, str]:
-    return row[2], row[6]
+    def flap_class(self, row: bytes) -> str:
+        index: int = _FIGURES.unpack_from(row, row[-1] + 13)[3]
+        return self.texts[index]
 
-
-def _row(test_id: str, row: Row) -> dict[str, Any]:
-    first_ts, _, _, flap_class, status, requests, slug, duration, count, tier = row
-    return {
-        "test_id": test_id,
-        "flap_class": flap_class,
-        "requests": requests,
-        "status": status,
-        "duration_ms": duration,
-        "first_seen": first_ts or None,
-        "slug": slug,
-        "log_tier": tier,
-        "envelopes": count,
-    }
+    def row(self, test_id: str, row: bytes) -> dict[str, Any]:
+        size = row[-1]
+        requests, count, duration, flap_class, status, slug, tier = _FIGURES.unpack_from(
+            row, size + 13
+        )
+        return {
+            "test_id": test_id,
+            "flap_class": self.texts[flap_class],
+            "requests": requests,
+            "status": self.texts[status],
+            "duration_ms": None if math.isnan(duration) else duration,
+            "first_seen": row[:size].decode() or None,
+            "slug": self.texts[slug],
+            "log_tier": self.texts[tier],
+            "envelopes": count,
+        }
 
 
 def ls(args: argparse.Namespace) -> int:
     malformed = Malformations("ls")
     ids = frozenset(args.test_ids) if args.test_ids else None
+    rows = Rows(args.first_token_timeout)
     with _opened(args, numbered=False) as inputs:
-        seen = PerTestId(_fold(args.first_token_timeout), _restore, again=again(args, inputs))
+        seen = PerTestId(rows.fold, rows.restore, again=again(args, inputs))
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
                 if record.envelope["boundary"].startswith("cvdiag."):  # not a test's story
@@ -94,23 +130,24 @@ def ls(args: argparse.Namespace) -> int:
         raise Failure(f"no CVDIAG envelope in {_names(args)}")
     since = format_key(args.since) if args.since else None
     until = format_key(args.until) if args.until else None
-    # In first-seen order, ties in the order the test ids appeared (as a stable sort of them).
-    order = sorted(folded, key=lambda test_id: folded[test_id][:3])
+    # In first-seen order, ties in the order the test ids appeared (``Rows``: as bytes).
+    order = sorted(folded, key=folded.__getitem__)
 
-    def rows() -> Iterator[dict[str, Any]]:
+    def selected() -> Iterator[dict[str, Any]]:
         for test_id in order:
             row = folded[test_id]
-            first = row[0]
+            first = rows.first_seen(row)
             if (since is not None and first < since) or (until is not None and first >= until):
                 continue
-            if args.classes and row[3] not in args.classes:
+            flap_class = rows.flap_class(row)
+            if args.classes and flap_class not in args.classes:
                 continue
-            if args.failed and row[3] == "healthy":
+            if args.failed and flap_class == "healthy":
                 continue
-            yield _row(test_id, row)
+            yield rows.row(test_id, row)
 
     out = Output(color=args.color)
-    found = _write_json(out, rows()) if args.json else _render(out, rows)
+    found = _write_json(out, selected()) if args.json else _render(out, selected)
     out.flush()
     return OK if found else NOTHING
 
