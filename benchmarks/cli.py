@@ -1,16 +1,17 @@
 """Throughput and peak memory of ``cvdiag grep``, ``validate``, ``stats`` and ``ls`` on a large log.
 
-Run: ``python benchmarks/cli.py [--size-mb 1024] [--dir /tmp]``. A mixed log is generated first
-(half the lines CVDIAG envelopes of many requests, half ordinary access-log lines), then each
-command runs as a subprocess beside a baseline measured in the same run:
+Run: ``python benchmarks/cli.py [--size-mb 1024] [--dir /tmp] [--repeat 3]``. A mixed log is
+generated first (half the lines CVDIAG envelopes of many requests, half ordinary access-log
+lines), then each command runs as a subprocess beside a baseline measured in the same run:
 
 - grep by test id against ``grep -F ID log`` itself (the target: within 1.3x of it), and
   against ``grep -F ID log | python`` (``json.loads`` of each matching line);
 - validate, stats, stats --by-class and ls against a Python loop that ``json.loads`` every
   envelope line and does nothing else.
 
-Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per command
-so each figure is that command's own. The log is read once before the runs, so every command
+The commands run in ``--repeat`` interleaved rounds; each figure is the median with the
+range. Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per
+command so each figure is that command's own. The log is read once before the runs, so every command
 meets it page-cached. Targets (issue 17): grep >= 1.5 GB/s, validate and stats >= 200 MB/s,
 peak memory < 100 MB whatever the size.
 """
@@ -151,11 +152,18 @@ def measure(*command: str) -> tuple[float, float]:
     return float(elapsed), int(rss_kb) / 1024
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size-mb", type=int, default=1024, help="log size (default 1024)")
     parser.add_argument("--dir", default=None, help="where to write the log (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir))
@@ -168,12 +176,12 @@ def main() -> None:
         cvdiag = [sys.executable, "-m", "cvdiag"]
         grep = shutil.which("grep") or "grep"
         log.read_bytes()  # page-cache the log for every command alike
-        rows = [
-            ("cvdiag grep --test-id", measure(*cvdiag, "grep", "--test-id", test_id, str(log))),
-            ("baseline: grep -F", measure(grep, "-F", test_id, str(log))),
+        runs: list[tuple[str, list[str]]] = [
+            ("cvdiag grep --test-id", [*cvdiag, "grep", "--test-id", test_id, str(log)]),
+            ("baseline: grep -F", [grep, "-F", test_id, str(log)]),
             (
                 "baseline: grep -F | python json.loads",
-                measure(
+                [
                     "bash",
                     "-c",
                     f'{grep} -F "$1" "$2" | "$3" -c "$4"',
@@ -182,23 +190,42 @@ def main() -> None:
                     str(log),
                     sys.executable,
                     _BASELINE_GREP,
-                ),
+                ],
             ),
-            ("cvdiag validate", measure(*cvdiag, "validate", str(log))),
-            ("cvdiag stats", measure(*cvdiag, "stats", "--json", str(log))),
-            ("cvdiag stats --by-class", measure(*cvdiag, "stats", "--by-class", str(log))),
-            ("cvdiag ls", measure(*cvdiag, "ls", "--json", str(log))),
+            ("cvdiag validate", [*cvdiag, "validate", str(log)]),
+            ("cvdiag stats", [*cvdiag, "stats", "--json", str(log)]),
+            ("cvdiag stats --by-class", [*cvdiag, "stats", "--by-class", str(log)]),
+            ("cvdiag ls", [*cvdiag, "ls", "--json", str(log)]),
             (
                 "baseline: python json.loads every envelope",
-                measure(sys.executable, "-c", _BASELINE_STATS, str(log)),
+                [sys.executable, "-c", _BASELINE_STATS, str(log)],
             ),
         ]
-        print(f"\n{'command':<44} {'seconds':>8} {'MB/s':>8} {'peak MB':>8}")
-        for name, (seconds, peak) in rows:
-            print(f"{name:<44} {seconds:>8.2f} {size_mb / seconds:>8.0f} {peak:>8.1f}")
-        figures = dict(rows)
-        grep_ratio = figures["cvdiag grep --test-id"][0] / figures["baseline: grep -F"][0]
-        print(f"\ngrep --test-id takes {grep_ratio:.2f}x the time of grep -F (target <= 1.3)")
+        # Rounds interleave the commands, so a burst of load on a shared machine falls on all.
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
+        for _ in range(args.repeat):
+            for name, command in runs:
+                figures[name].append(measure(*command))
+        print(
+            f"\n{args.repeat} interleaved rounds; median (min-max)\n"
+            f"{'command':<44} {'seconds':>8} {'MB/s':>18} {'peak MB':>8}"
+        )
+        for name, found in figures.items():
+            seconds = sorted(s for s, _ in found)
+            low, high = size_mb / seconds[-1], size_mb / seconds[0]
+            rates = f"{size_mb / _median(seconds):.0f} ({low:.0f}-{high:.0f})"
+            peak = max(p for _, p in found)
+            print(f"{name:<44} {_median(seconds):>8.2f} {rates:>18} {peak:>8.1f}")
+        ratios = sorted(
+            mine / grep_f
+            for (mine, _), (grep_f, _) in zip(
+                figures["cvdiag grep --test-id"], figures["baseline: grep -F"], strict=True
+            )
+        )
+        print(
+            f"\ngrep --test-id takes {_median(ratios):.2f}x the time of grep -F in the same round"
+            f" ({ratios[0]:.2f}-{ratios[-1]:.2f}; target <= 1.3)"
+        )
     finally:
         if args.keep:
             print(f"log kept at {log}")

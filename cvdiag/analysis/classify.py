@@ -27,23 +27,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from cvdiag.analysis import rules, waiting
+from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.facts import Facts, Ref, gather
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.schema import Tier
 
-CLASSES: Final = (
-    "provider-rate-limited",
-    "provider-error",
-    "edge-interference",
-    "backend-error",
-    "stalled-backend",
-    "slow-first-token",
-    "provider-empty",
-    "client-abort",
-    "healthy",
-    "unclassified",
-)
-DEFAULT_FIRST_TOKEN_TIMEOUT: Final = 60.0
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
 #: classes are also named at the default tier from a caught provider exception.
 NEEDS: Final[dict[str, Tier]] = {

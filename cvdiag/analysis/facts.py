@@ -190,6 +190,15 @@ class Facts:
     aborts: list[Abort] = dataclasses.field(default_factory=list)
     abort_count: int = 0
     _last_ingress: Ref | None = None
+    #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
+    #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
+    lean: bool = False
+
+    def _ref(self, record: Record) -> Ref:
+        if self.lean:
+            env = record.envelope
+            return Ref(env["boundary"], env["outcome"], record.key, "", "")
+        return Ref.of(record)
 
     def add(self, record: Record) -> None:
         env = record.envelope
@@ -204,7 +213,7 @@ class Facts:
         if tier > self.tier:
             self.tier = tier
         if env["outcome"] in ("err", "timeout") and self.bad_outcome is None:
-            self.bad_outcome = Ref.of(record)
+            self.bad_outcome = self._ref(record)
         edges = edge_headers(env)
         if edges:
             self._add_edges(record, boundary, edges)
@@ -214,14 +223,14 @@ class Facts:
             self._add_completion(record, env["outcome"], meta)
         elif boundary == INGRESS:
             self.ingresses += 1
-            self._last_ingress = Ref.of(record)
+            self._last_ingress = self._ref(record)
             self.first_ingress = self.first_ingress or self._last_ingress
         elif boundary == "backend.error.caught":
             self._add_error(record, meta)
         elif boundary.startswith("backend.llm.call."):
             self._add_call(record, boundary, meta)
         elif boundary == "backend.sse.first_byte":
-            ref = Ref.of(record)
+            ref = self._ref(record)
             if self.first_byte is None:
                 self.first_byte = (number(meta.get("delta_ms_from_ingress")), ref)
             self._flowing(ref, content=False)
@@ -229,7 +238,7 @@ class Facts:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
-                self.aborts.append(Abort(termination(meta), Ref.of(record), size))
+                self.aborts.append(Abort(termination(meta), self._ref(record), size))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing."""
@@ -248,9 +257,9 @@ class Facts:
         if is_error_event(kind):
             self.error_event_count += 1
             if len(self.error_events) < KEEP:
-                self.error_events.append((kind, Ref.of(record)))
+                self.error_events.append((kind, self._ref(record)))
         elif is_content_event(kind):
-            ref = Ref.of(record)
+            ref = self._ref(record)
             if self.first_content is None:
                 self.first_content = (ref, self._last_ingress)
             self._flowing(ref, content=True)
@@ -261,11 +270,11 @@ class Facts:
             return
         self.errors += 1
         if len(self.error_refs) < KEEP:
-            self.error_refs.append((meta, Ref.of(record)))
+            self.error_refs.append((meta, self._ref(record)))
 
     def _add_completion(self, record: Record, outcome: str, meta: dict[str, Any]) -> None:
         done = Completion(
-            Ref.of(record),
+            self._ref(record),
             outcome,
             number(meta.get("http_status")),
             number(meta.get("sse_event_count")),
@@ -284,15 +293,15 @@ class Facts:
     def _add_edges(self, record: Record, boundary: str, edges: dict[str, str]) -> None:
         mitigated = edges.get("cf-mitigated", "").strip().lower()
         if mitigated in MITIGATIONS and len(self.mitigations) < KEEP:
-            self.mitigations.append((mitigated, Ref.of(record)))
+            self.mitigations.append((mitigated, self._ref(record)))
         via = edges.get("via", "").lower()
         if any(proxy in via for proxy in PROXIES) and len(self.proxies) < KEEP:
-            self.proxies.append((edges["via"], Ref.of(record)))
+            self.proxies.append((edges["via"], self._ref(record)))
         if "retry-after" in edges and len(self.retry_after) < KEEP:
-            self.retry_after.append((edges["retry-after"], Ref.of(record)))
+            self.retry_after.append((edges["retry-after"], self._ref(record)))
         ray = edges.get("cf-ray")
         if ray and boundary in (INGRESS, COMPLETE) and len(self.rays) < KEEP:
-            self.rays.setdefault(ray, Ref.of(record))
+            self.rays.setdefault(ray, self._ref(record))
 
     def _add_call(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
         env = record.envelope
@@ -303,12 +312,12 @@ class Facts:
         if call is None:
             call = self.calls[span] = Call(span)
         if boundary.endswith(".start"):
-            call.start = Ref.of(record)
+            call.start = self._ref(record)
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
-            call.last_heartbeat = Ref.of(record)
+            call.last_heartbeat = self._ref(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
             if elapsed is not None:
                 call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
@@ -317,7 +326,7 @@ class Facts:
                 if call.flow_byte is None:
                     call.waiting_byte_ms = max(elapsed, call.waiting_byte_ms or 0.0)
         elif boundary.endswith(".response"):
-            call.response = Ref.of(record)
+            call.response = self._ref(record)
             call.outcome = env["outcome"]
             call.provider = call.provider or _string(meta.get("provider"))
             call.model = call.model or _string(meta.get("model"))

@@ -16,25 +16,44 @@ silently: it is reported to the caller as *set aside*.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime
-import gzip
 import heapq
-import io
-import os
 import re
-import stat
-import sys
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from types import TracebackType
-from typing import IO, Any, Final
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
 
 import orjson
 
+# Re-exported: inputs and times were part of this module, and callers import them from here.
+from cvdiag.analysis.inputs import STDIN, Input, InputError, Inputs
+from cvdiag.analysis.times import CANONICAL_TS, format_key, key_millis, parse_time, ts_key
+
+__all__ = [
+    "BLOCK",
+    "MARKER",
+    "MAX_LINE",
+    "SET_ASIDE",
+    "STDIN",
+    "Input",
+    "InputError",
+    "Inputs",
+    "Malformed",
+    "OnMalformed",
+    "Record",
+    "candidate_lines",
+    "envelope_text",
+    "format_key",
+    "key_millis",
+    "merged",
+    "parse_time",
+    "parsed_lines",
+    "records",
+    "shape_problem",
+    "split_envelope",
+    "ts_key",
+]
+
 MARKER: Final = b"CVDIAG {"
-STDIN: Final = "-"
 #: Bytes read from an input at a time.
 BLOCK: Final = 1 << 20
 #: A line longer than this is skipped (and reported when it holds the marker): envelopes are at
@@ -56,11 +75,6 @@ _COLLECTOR: Final = re.compile(
     + _ANSI
     + rb"CVDIAG \{"
 )
-_CANONICAL_TS: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
-class InputError(Exception):
-    """An input that cannot be read: missing, unreadable, or a damaged gzip stream."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,7 +99,8 @@ class Malformed:
         return f"{self.where}: {self.reason}"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs a microsecond, paid for every envelope read.
+@dataclasses.dataclass(slots=True)
 class Record:
     """One envelope as read: where it was, its JSON text as written, and the parsed object."""
 
@@ -104,183 +119,6 @@ class Record:
 OnMalformed = Callable[[Malformed], None]
 
 
-# --- time -----------------------------------------------------------------------------------
-
-
-def ts_key(value: str) -> str | None:
-    """``value`` as a sortable UTC string with microseconds, or None when it is not a date-time.
-
-    cvdiag writes ``YYYY-MM-DDTHH:MM:SS.mmmZ``, which takes the fast path; other ISO-8601 forms
-    (offsets, other fractions) are converted, and a time without an offset is taken as UTC.
-    """
-    if _CANONICAL_TS.fullmatch(value):
-        return value[:23] + "000Z"
-    parsed = parse_time(value)
-    return None if parsed is None else format_key(parsed)
-
-
-def parse_time(value: str) -> datetime.datetime | None:
-    """An aware UTC datetime from an ISO-8601 date or date-time, or None."""
-    text = value.strip()
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.astimezone(datetime.timezone.utc)
-
-
-def format_key(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def key_millis(key: str) -> float:
-    """Milliseconds since the epoch of a ``ts_key`` string."""
-    moment = datetime.datetime.strptime(key, "%Y-%m-%dT%H:%M:%S.%fZ")
-    return moment.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000.0
-
-
-# --- inputs ---------------------------------------------------------------------------------
-
-
-class Input:
-    """One named input, opened; gzip is recognised by its magic bytes, whatever the name."""
-
-    def __init__(self, name: str, stream: IO[bytes]) -> None:
-        self.name = "<stdin>" if name == STDIN else name
-        self._raw = stream
-        self.stream: IO[bytes] = stream
-        #: Called with the bytes read so far (of the file itself: compressed for gzip).
-        self.on_read: Callable[[int], None] | None = None
-        #: Whether positions are line numbers (else byte offsets: see ``candidate_lines``).
-        self.numbered = True
-        self.position = 0
-        head = _peek(stream, 2)
-        if head == b"\x1f\x8b":
-            self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.stream is not self._raw:
-                self.stream.close()
-            if self._raw is not _stdin():
-                self._raw.close()
-
-    def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes without waiting for more than is there (stdin may be a pipe)."""
-        try:
-            read1 = getattr(self.stream, "read1", None)
-            data: bytes = read1(size) if read1 is not None else self.stream.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"cannot read {self.name}: {_reason(exc)}") from None
-        if self.on_read is not None:
-            self.position = (
-                self._raw.tell() if self.stream is not self._raw else (self.position + len(data))
-            )
-            self.on_read(self.position)
-        return data
-
-    def size(self) -> int | None:
-        """The file's size in bytes, or None for a pipe."""
-        try:
-            info = os.fstat(self._raw.fileno())
-        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-            return None
-        return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
-
-
-def _is_fifo(mode: int) -> bool:
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
-
-
-def _stdin() -> IO[bytes]:
-    return sys.stdin.buffer
-
-
-def _peek(stream: IO[bytes], size: int) -> bytes:
-    peek = getattr(stream, "peek", None)
-    if peek is not None:
-        data: bytes = peek(size)
-        return data[:size]
-    if stream.seekable():
-        position = stream.tell()
-        data = stream.read(size)
-        stream.seek(position)
-        return data
-    return b""  # an unpeekable, unseekable stream is read as plain text
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower() if exc.strerror[:1].isupper() else exc.strerror
-    if isinstance(exc, EOFError):
-        return "the gzip stream ends early (truncated file?)"
-    return str(exc) or type(exc).__name__
-
-
-class Inputs:
-    """Every named input opened up front, so a missing file fails before any output."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        if list(names).count(STDIN) > 1:
-            raise InputError("stdin ('-') can be read only once")
-        self.inputs: list[Input] = []
-        try:
-            for name in names:
-                self.inputs.append(_open(name))
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        for item in self.inputs:
-            item.close()
-
-    def watch(self, on_progress: Callable[[int, int | None], None]) -> None:
-        """Report ``(bytes read, total size or None)`` over all inputs, as they are read."""
-        sizes = [item.size() for item in self.inputs]
-        total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
-        done = [0] * len(self.inputs)
-
-        def make(index: int) -> Callable[[int], None]:
-            def seen(position: int) -> None:
-                done[index] = position
-                on_progress(sum(done), total)
-
-            return seen
-
-        for index, item in enumerate(self.inputs):
-            item.on_read = make(index)
-
-    def __enter__(self) -> list[Input]:
-        return self.inputs
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _open(name: str) -> Input:
-    try:
-        if name == STDIN:
-            stdin = _stdin()
-            if not hasattr(stdin, "peek"):
-                stdin = io.BufferedReader(stdin)  # type: ignore[type-var]
-            return Input(name, stdin)
-        if os.path.isdir(name):
-            raise InputError(f"cannot read {name}: is a directory")
-        return Input(name, open(name, "rb"))
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"cannot read {name}: {_reason(exc)}") from None
-
-
 # --- lines ----------------------------------------------------------------------------------
 
 
@@ -288,67 +126,77 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     """``(position, line)`` for each line containing ``needle``, without its newline.
 
     The position is the line's number, or, when the input is not ``numbered``, the byte offset
-    of its start: counting newlines is half the cost of a search for a rare test id, and
+    of its start: counting newlines costs as much as the search for a rare test id, and
     ``grep``, ``stats`` and ``ls`` never show where an envelope was.
     ``None`` stands for a line over ``MAX_LINE`` bytes that holds the marker: it is skipped.
-    Whole blocks are searched with ``bytes.find`` (and newlines counted with ``bytes.count``),
-    so lines without the needle cost no Python-level work at all.
+
+    Each block is searched in place with ``bytes.find``; line ends are looked for only around a
+    hit, and blocks are never joined: only the partial line at a block's end is carried into
+    the next, so lines without the needle cost no Python-level work at all.
     """
+    block, max_line = BLOCK, MAX_LINE  # read at call time: the tests shrink them
     numbered = source.numbered
-    lineno = 1  # the number of the line that starts at buf[0]
-    base = 0  # the byte offset of buf[0]
-    consumed = 0  # bytes read so far
-    buf = b""
-    skipping = False  # inside an overlong line: drop bytes until its end
-    final = False
-    while not final:
-        data = source.read(BLOCK)
-        data_start = consumed
-        consumed += len(data)
+    width = len(needle)
+    lineno = 1  # the number of the line that starts at ``at`` (or of the carried ``tail``)
+    tail = b""  # the partial line carried from earlier blocks
+    tail_at = 0  # the byte offset of its start
+    skipping = False  # inside an overlong line, already reported: drop bytes until its end
+    at = 0  # the byte offset of ``data[0]``
+    while True:
+        data = source.read(block)
         if not data:
-            if skipping or not buf:
-                return
-            final = True
-            buf += b"\n"  # the last line may lack its newline
-        elif skipping:
-            end = data.find(b"\n")
-            if end < 0:
-                continue
-            skipping = False
-            lineno += 1
-            buf = data[end + 1 :]
-            base = data_start + end + 1
-        elif buf:
-            buf += data
-        else:
-            buf = data
-            base = data_start
-        cut = buf.rfind(b"\n") + 1
-        if cut == 0:
-            if len(buf) > MAX_LINE:
-                if MARKER in buf:
-                    yield (lineno if numbered else base), None
-                buf = b""
-                skipping = True
+            break
+        size = len(data)
+        first = data.find(b"\n")
+        if first < 0:  # no line ends in this block: it all belongs to the carried line
+            if not skipping:
+                tail += data
+                if len(tail) > max_line:
+                    if needle in tail and MARKER in tail:
+                        yield (lineno if numbered else tail_at), None
+                    tail, skipping = b"", True
+            at += size
             continue
-        counted = 0  # newlines before this offset are already in ``lineno``
-        pos = buf.find(needle, 0, cut)
+        start = 0
+        if tail or skipping:
+            # The line begun in earlier blocks ends here: join just that one line.
+            if not skipping:
+                line = tail + data[:first]
+                if needle in line:
+                    if len(line) <= max_line:
+                        yield (lineno if numbered else tail_at), line
+                    elif MARKER in line:
+                        yield (lineno if numbered else tail_at), None
+            lineno += 1
+            tail, skipping = b"", False
+            start = first + 1
+        cut = data.rfind(b"\n") + 1
+        counted = start  # newlines before this offset are already in ``lineno``
+        pos = data.find(needle, start, cut) if cut - start >= width else -1
         while pos >= 0:
-            start = buf.rfind(b"\n", 0, pos) + 1
-            end = buf.find(b"\n", pos, cut)
+            begin = data.rfind(b"\n", start, pos) + 1 or start
+            end = data.find(b"\n", pos, cut)
             if numbered:
-                lineno += buf.count(b"\n", counted, start)
-                counted = start
-            where = lineno if numbered else base + start
-            if end - start <= MAX_LINE:
-                yield where, buf[start:end]
-            elif MARKER in buf[start:end]:
+                lineno += data.count(b"\n", counted, begin)
+                counted = begin
+            where = lineno if numbered else at + begin
+            if end - begin <= max_line:
+                yield where, data[begin:end]
+            elif MARKER in data[begin:end]:
                 yield where, None
-            pos = buf.find(needle, end + 1, cut)
+            pos = data.find(needle, end + 1, cut)
         if numbered:
-            lineno += buf.count(b"\n", counted, cut)
-        base += cut
-        buf = buf[cut:]
+            lineno += data.count(b"\n", counted, cut)
+        tail_at = at + cut
+        if cut < size:
+            tail = data[cut:]
+            if len(tail) > max_line:
+                if needle in tail and MARKER in tail:
+                    yield (lineno if numbered else tail_at), None
+                tail, skipping = b"", True
+        at += size
+    if tail and not skipping and needle in tail:  # the last line may lack its newline
+        yield (lineno if numbered else tail_at), tail
 
 
 SET_ASIDE: Final = "CVDIAG { after other text (not a recognised log-collector prefix): set aside"
@@ -385,7 +233,11 @@ def parsed_lines(
             too_long = f"line longer than {MAX_LINE} bytes, skipped"
             on_malformed(Malformed(name, lineno, too_long, offset=offset))
             continue
-        text, aside = split_envelope(line)
+        if line.startswith(MARKER):  # the common case, without a call
+            text: bytes | None = line[7:].rstrip()
+            aside = False
+        else:
+            text, aside = split_envelope(line)
         if text is None:
             if aside:
                 on_malformed(Malformed(name, lineno, SET_ASIDE, set_aside=True, offset=offset))
@@ -406,8 +258,34 @@ _STRING_FIELDS: Final = ("test_id", "boundary", "span_id", "slug", "outcome", "t
 _OBJECT_FIELDS: Final = ("metadata", "edge_headers")
 
 
+_PARENT: Final = (str, type(None))
+_DURATION: Final = (int, float, type(None))
+
+
 def shape_problem(value: Any) -> str | None:
     """Why ``value`` cannot be analysed as an envelope, or None when it can."""
+    # The common case in straight-line checks of exact types (orjson makes no subclasses);
+    # anything else takes the field-by-field path below, which words the problem.
+    if type(value) is dict:
+        get = value.get
+        if (
+            type(get("test_id")) is str
+            and type(get("boundary")) is str
+            and type(get("span_id")) is str
+            and type(get("slug")) is str
+            and type(get("outcome")) is str
+            and type(get("ts")) is str
+            and type(get("metadata")) is dict
+            and type(get("edge_headers")) is dict
+            and type(get("mono_ns")) is int
+            and type(get("parent_span_id", 0)) in _PARENT
+            and type(get("duration_ms", 0)) in _DURATION
+        ):
+            return None
+    return _shape_problem(value)
+
+
+def _shape_problem(value: Any) -> str | None:
     if not isinstance(value, dict):
         return f"not a JSON object but {_json_type(value)}"
     for key in _STRING_FIELDS:
@@ -462,10 +340,13 @@ def records(
     ids = _ids(test_id)
     needle = next(iter(ids)).encode() if ids is not None and len(ids) == 1 else MARKER
     name = source.name
+    canonical = CANONICAL_TS.fullmatch
     for lineno, text, value in parsed_lines(source, on_malformed, needle=needle):
         problem = shape_problem(value)
         if problem is None:
-            key = ts_key(value["ts"])
+            ts = value["ts"]
+            # ``ts_key``'s fast path, inlined: it is paid for every envelope.
+            key = ts[:23] + "000Z" if canonical(ts) else ts_key(ts)
             if key is None:
                 problem = f"field 'ts' is not an ISO-8601 date-time: {value['ts'][:40]!r}"
         if problem is not None:

@@ -4,7 +4,8 @@ Counts are exact. Percentiles are exact up to a reservoir's size and estimated f
 sample (reservoir sampling, seeded, so a run is reproducible) beyond it; the JSON says which.
 Slugs, error types and termination kinds are capped in number, the excess counted under
 ``(other)``, so no input can make the figures grow without bound. ``--by-class`` must remember
-every test id: it keeps a small summary per id (``classify.Facts``), not the envelopes.
+every test id: it keeps one small integer per test id (its class and slug), and the facts of
+the few test ids still being written (``pertest``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Final
 
 from cvdiag.analysis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
 from cvdiag.analysis.describe import number
+from cvdiag.analysis.pertest import Again, PerTestId
 from cvdiag.analysis.reading import Record
 
 OVERALL_RESERVOIR: Final = 65_536
@@ -180,12 +182,23 @@ def _rate(part: int, whole: int) -> float | None:
 class Stats:
     """Everything ``cvdiag stats`` reports, fed one envelope at a time."""
 
-    def __init__(self, *, by_class: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        by_class: bool = False,
+        first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
+        again: Again | None = None,
+    ) -> None:
+        """``again`` reads the inputs a second time (see ``pertest``); with it, ``--by-class``
+        holds a small number per test id, classified with ``first_token_timeout``."""
         self.rng = random.Random(0)  # noqa: S311 - sampling, not security
         self.overall = Group(OVERALL_RESERVOIR, self.rng)
         self.slugs: dict[str, Group] = {}
         self.by_class = by_class
-        self.facts: dict[str, tuple[str, Facts]] = {}
+        self.first_token_timeout = first_token_timeout
+        #: Slugs as they appear in ``classes`` (capped like ``slugs``), indexed by ``_fold``.
+        self._class_slugs: dict[str, int] = {}
+        self.facts: PerTestId[int] = PerTestId(self._fold, self._restore, again=again)
 
     def add(self, record: Record) -> None:
         envelope = record.envelope
@@ -201,22 +214,32 @@ class Stats:
         group.add(envelope)
         # Accounting envelopes carry a fresh test id each: they are not a test's story.
         if self.by_class and not envelope["boundary"].startswith("cvdiag."):
-            test_id = envelope["test_id"]
-            entry = self.facts.get(test_id)
-            if entry is None:
-                entry = self.facts[test_id] = (slug, Facts(test_id))
-            entry[1].add(record)
+            self.facts.add(record, slug)
+
+    def _fold(self, order: int, slug: str, facts: Facts) -> int:
+        """A test id as one small integer: its class and its slug."""
+        verdict = classify(facts, first_token_timeout=self.first_token_timeout).flap_class
+        index = self._class_slugs.setdefault(slug, len(self._class_slugs))
+        return index * len(CLASSES) + CLASSES.index(verdict)
+
+    def _restore(self, folded: int) -> tuple[int, str]:
+        index = folded // len(CLASSES)
+        return 0, next(s for s, i in self._class_slugs.items() if i == index)
 
     def feed(self, records: Iterable[Record]) -> Stats:
         for record in records:
             self.add(record)
         return self
 
-    def classes(self, first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT) -> dict[str, Any]:
+    def classes(self, first_token_timeout: float | None = None) -> dict[str, Any]:
+        if first_token_timeout is not None:
+            self.first_token_timeout = first_token_timeout  # for the test ids still open
         overall: Counter[str] = Counter()
         per_slug: dict[str, Counter[str]] = {}
-        for slug, facts in self.facts.values():
-            verdict = classify(facts, first_token_timeout=first_token_timeout).flap_class
+        every = self.facts.finish()  # before reading the slugs' names: it may add some
+        slugs = {index: slug for slug, index in self._class_slugs.items()}
+        for folded in every.values():
+            slug, verdict = slugs[folded // len(CLASSES)], CLASSES[folded % len(CLASSES)]
             overall[verdict] += 1
             per_slug.setdefault(slug, Counter())[verdict] += 1
         return {
@@ -226,7 +249,7 @@ class Stats:
         }
 
     def to_json(
-        self, *, malformed: int = 0, first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT
+        self, *, malformed: int = 0, first_token_timeout: float | None = None
     ) -> dict[str, Any]:
         out: dict[str, Any] = {
             "envelopes": self.overall.envelopes,

@@ -10,6 +10,7 @@ are reduced to one ``Termination``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any, Final
 
@@ -144,10 +145,13 @@ _CONTENT_MARKS: Final = (
 _PLAIN: Final = frozenset({"message", "text", "bytes"})
 
 
+# Event types repeat through a log, and these run for every event of ``ls``/``stats --by-class``.
+@functools.lru_cache(maxsize=1024)
 def is_error_event(event_type: str) -> bool:
     return event_type.lower() in _ERROR_EVENTS
 
 
+@functools.lru_cache(maxsize=1024)
 def is_content_event(event_type: str) -> bool:
     """Whether the event carries model output, so an LLM call's tokens were flowing.
 

@@ -8,6 +8,7 @@ traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unread
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,25 +17,29 @@ from cvdiag.cli import output
 from cvdiag.cli.output import Failure, UsageError, error, silence_stdout
 
 
-def _demo(args: argparse.Namespace) -> int:
-    # Imported only when asked for: the demo brings the emitter, the sinks and a server.
-    from cvdiag.cli.demo import demo
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command ``module.name``, imported when it runs: ``cvdiag grep`` needs no classifier,
+    and on a log read in a fraction of a second the imports are a large part of the time."""
 
-    return demo(args)
+    def run(args: argparse.Namespace) -> int:
+        command: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(module), name
+        )
+        return command(args)
+
+    return run
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from cvdiag.cli import commands, listing, tail
-
     return {
-        "grep": commands.grep,
-        "replay": commands.replay,
-        "classify": commands.classify,
-        "ls": listing.ls,
-        "tail": tail.tail,
-        "stats": commands.stats,
-        "validate": commands.validate_command,
-        "demo": _demo,
+        "grep": _lazy("cvdiag.cli.commands", "grep"),
+        "replay": _lazy("cvdiag.cli.commands", "replay"),
+        "classify": _lazy("cvdiag.cli.commands", "classify"),
+        "ls": _lazy("cvdiag.cli.listing", "ls"),
+        "tail": _lazy("cvdiag.cli.tail", "tail"),
+        "stats": _lazy("cvdiag.cli.commands", "stats"),
+        "validate": _lazy("cvdiag.cli.commands", "validate_command"),
+        "demo": _lazy("cvdiag.cli.demo", "demo"),
     }
 
 

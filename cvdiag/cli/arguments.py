@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
 from cvdiag import __version__
-from cvdiag.analysis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.reading import STDIN, parse_time
 from cvdiag.cli.output import UsageError
 from cvdiag.cli.style import COLORS

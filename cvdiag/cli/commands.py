@@ -7,12 +7,10 @@ import fnmatch
 import itertools
 import textwrap
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 
-from cvdiag.analysis import classify as classifying
-from cvdiag.analysis import stats as statistics
-from cvdiag.analysis import timeline, validate
 from cvdiag.analysis.reading import (
     STDIN,
     Input,
@@ -26,6 +24,13 @@ from cvdiag.analysis.reading import (
 )
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
 from cvdiag.cli.style import Progress, class_color
+
+if TYPE_CHECKING:
+    from cvdiag.analysis import classify as classifying
+    from cvdiag.analysis.pertest import Again
+
+# The classifier, the statistics, the timeline and the validator are imported by the commands
+# that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
 
 #: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
 INVALID_SHOWN = 100
@@ -51,6 +56,28 @@ def _opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
 def _progress(progress: Progress, done: int, total: int | None) -> None:
     progress.total = total
     progress.update(done)
+
+
+def again(args: argparse.Namespace, inputs: list[Input]) -> Again | None:
+    """A second read of the inputs, for the test ids ``pertest`` folded too early: only
+    envelopes of a test's story (no accounting), in the first read's order, nothing reported
+    twice. None when an input cannot be read twice."""
+    if not all(item.rereadable for item in inputs):
+        return None
+
+    def read(ids: frozenset[str]) -> Iterator[Record]:
+        with Inputs(args.files) as sources:
+            for source in sources:
+                source.numbered = False
+                for record in records(source, _already_reported, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        yield record
+
+    return read
+
+
+def _already_reported(problem: Malformed) -> None:
+    pass
 
 
 def _names(args: argparse.Namespace) -> str:
@@ -123,6 +150,8 @@ def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Re
 
 
 def replay(args: argparse.Namespace) -> int:
+    from cvdiag.analysis import timeline
+
     found = _test_records(args, Malformations("replay"))
     line = timeline.build(args.test_id, found)
     out = Output(color=args.color)
@@ -142,6 +171,8 @@ def _failed_row(row: str) -> bool:
 
 
 def classify(args: argparse.Namespace) -> int:
+    from cvdiag.analysis import classify as classifying
+
     found = _test_records(args, Malformations("classify"))
     facts = classifying.gather(args.test_id, found)
     verdict = classifying.classify(facts, first_token_timeout=args.first_token_timeout)
@@ -209,9 +240,15 @@ def _fact(value: object) -> str:
 
 
 def stats(args: argparse.Namespace) -> int:
+    from cvdiag.analysis import stats as statistics
+
     malformed = Malformations("stats")
-    report = statistics.Stats(by_class=args.by_class)
     with _opened(args, numbered=False) as inputs:
+        report = statistics.Stats(
+            by_class=args.by_class,
+            first_token_timeout=args.first_token_timeout,
+            again=again(args, inputs),
+        )
         # Figures do not depend on order: the inputs are read one after another, not merged.
         report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
     args.progress.done()
@@ -242,6 +279,9 @@ class _Tally:
         self.malformed = 0
         self.set_aside = 0
         self.rules: dict[str, int] = {}
+        from cvdiag.analysis.validate import problems
+
+        self.problems = problems
 
     def report(self, where: str, message: str) -> None:
         if self.invalid + self.malformed + self.set_aside <= INVALID_SHOWN:
@@ -257,7 +297,7 @@ class _Tally:
 
     def check(self, source: Input, lineno: int, text: bytes, value: object) -> None:
         self.envelopes += 1
-        found = validate.problems(value, len(text))
+        found = self.problems(value, len(text))
         if not found:
             return
         self.invalid += 1

@@ -1,0 +1,22 @@
+"""The flap classes, in the order their rules are checked (see ``classify``).
+
+A module of its own so that the command line can offer them without importing the classifier.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLASSES: Final = (
+    "provider-rate-limited",
+    "provider-error",
+    "edge-interference",
+    "backend-error",
+    "stalled-backend",
+    "slow-first-token",
+    "provider-empty",
+    "client-abort",
+    "healthy",
+    "unclassified",
+)
+DEFAULT_FIRST_TOKEN_TIMEOUT: Final = 60.0

@@ -1,0 +1,165 @@
+"""Log inputs: plain files, gzip (recognised by its magic bytes) and stdin, opened up front."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import stat
+import sys
+import zlib
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import IO, Final
+
+STDIN: Final = "-"
+
+
+class InputError(Exception):
+    """An input that cannot be read: missing, unreadable, or a damaged gzip stream."""
+
+
+class Input:
+    """One named input, opened; gzip is recognised by its magic bytes, whatever the name."""
+
+    def __init__(self, name: str, stream: IO[bytes]) -> None:
+        self.name = "<stdin>" if name == STDIN else name
+        self._raw = stream
+        self.stream: IO[bytes] = stream
+        #: Called with the bytes read so far (of the file itself: compressed for gzip).
+        self.on_read: Callable[[int], None] | None = None
+        #: Whether positions are line numbers (else byte offsets: see ``candidate_lines``).
+        self.numbered = True
+        self.position = 0
+        head = _peek(stream, 2)
+        if head == b"\x1f\x8b":
+            self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.stream is not self._raw:
+                self.stream.close()
+            if self._raw is not _stdin():
+                self._raw.close()
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes without waiting for more than is there (stdin may be a pipe)."""
+        try:
+            read1 = getattr(self.stream, "read1", None)
+            data: bytes = read1(size) if read1 is not None else self.stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"cannot read {self.name}: {_reason(exc)}") from None
+        if self.on_read is not None:
+            self.position = (
+                self._raw.tell() if self.stream is not self._raw else (self.position + len(data))
+            )
+            self.on_read(self.position)
+        return data
+
+    def size(self) -> int | None:
+        """The file's size in bytes, or None for a pipe."""
+        try:
+            info = os.fstat(self._raw.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+        return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
+
+    @property
+    def rereadable(self) -> bool:
+        """Whether opening the name again reads the same bytes: a regular file, not stdin."""
+        if self.name == "<stdin>":
+            return False
+        try:
+            return stat.S_ISREG(os.fstat(self._raw.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return False
+
+
+def _is_fifo(mode: int) -> bool:
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def _stdin() -> IO[bytes]:
+    return sys.stdin.buffer
+
+
+def _peek(stream: IO[bytes], size: int) -> bytes:
+    peek = getattr(stream, "peek", None)
+    if peek is not None:
+        data: bytes = peek(size)
+        return data[:size]
+    if stream.seekable():
+        position = stream.tell()
+        data = stream.read(size)
+        stream.seek(position)
+        return data
+    return b""  # an unpeekable, unseekable stream is read as plain text
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower() if exc.strerror[:1].isupper() else exc.strerror
+    if isinstance(exc, EOFError):
+        return "the gzip stream ends early (truncated file?)"
+    return str(exc) or type(exc).__name__
+
+
+class Inputs:
+    """Every named input opened up front, so a missing file fails before any output."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        if list(names).count(STDIN) > 1:
+            raise InputError("stdin ('-') can be read only once")
+        self.inputs: list[Input] = []
+        try:
+            for name in names:
+                self.inputs.append(_open(name))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for item in self.inputs:
+            item.close()
+
+    def watch(self, on_progress: Callable[[int, int | None], None]) -> None:
+        """Report ``(bytes read, total size or None)`` over all inputs, as they are read."""
+        sizes = [item.size() for item in self.inputs]
+        total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
+        done = [0] * len(self.inputs)
+
+        def make(index: int) -> Callable[[int], None]:
+            def seen(position: int) -> None:
+                done[index] = position
+                on_progress(sum(done), total)
+
+            return seen
+
+        for index, item in enumerate(self.inputs):
+            item.on_read = make(index)
+
+    def __enter__(self) -> list[Input]:
+        return self.inputs
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _open(name: str) -> Input:
+    try:
+        if name == STDIN:
+            stdin = _stdin()
+            if not hasattr(stdin, "peek"):
+                stdin = io.BufferedReader(stdin)  # type: ignore[type-var]
+            return Input(name, stdin)
+        if os.path.isdir(name):
+            raise InputError(f"cannot read {name}: is a directory")
+        return Input(name, open(name, "rb"))
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"cannot read {name}: {_reason(exc)}") from None
