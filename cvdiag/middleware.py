@@ -252,20 +252,26 @@ class CvdiagMiddleware:
                         edge = dict.fromkeys(EDGE_HEADER_KEYS)
                     edge[key] = edge_value(found[raw])
             method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
-            emitter.emit(
-                "backend.request.ingress",
-                outcome="info",
-                metadata={
-                    "method": method,
-                    "path": scrub_text(path, PATH_MAX),  # scrubbed, then cut
-                    "content_length": content_length(found.get(CONTENT_LENGTH)),
-                },
-                context=ctx,
-                span_id=span_id,
-                parent_span_id=None,
-                edge_headers=edge,
-            )
+            metadata = {
+                "method": method,
+                "path": scrub_text(path, PATH_MAX),  # scrubbed, then cut
+                "content_length": content_length(found.get(CONTENT_LENGTH)),
+            }
+            lines = emitter.lines_for(ctx)
+            if lines is None or not lines.ingress(span_id, metadata, edge):
+                emitter.emit(
+                    "backend.request.ingress",
+                    outcome="info",
+                    metadata=metadata,
+                    context=ctx,
+                    span_id=span_id,
+                    parent_span_id=None,
+                    edge_headers=edge,
+                )
+        else:
+            lines = False
         exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        exchange.request_lines = lines
         if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
             exchange.head = True
         exchange.echo = self._echo

@@ -50,12 +50,13 @@ def _format(
     duration: bool,
     outcome: str | None,
     metadata: tuple[tuple[str, bytes], ...],
+    span: bytes = b'"%%016x"',
 ) -> bytes:
     """``boundary``'s envelope with two levels of slots: the context's (``%s``, filled once per
     request) and the envelope's own (``%%…``, left for each envelope). ``outcome`` None is a
     slot too; a string is the boundary's one outcome."""
     fields: dict[str, bytes] = dict.fromkeys(_CONTEXT, b"%s")
-    fields |= {"span_id": b'"%%016x"', "ts": b'"%%s"', "mono_ns": b"%%d"}
+    fields |= {"span_id": span, "ts": b'"%%s"', "mono_ns": b"%%d"}
     if duration:
         fields["duration_ms"] = b"%%d"
     if outcome is None:
@@ -101,6 +102,13 @@ def _format(
     return text
 
 
+_INGRESS: Final = _format(
+    "backend.request.ingress",
+    duration=False,
+    outcome="info",
+    metadata=(("method", b"%s"), ("path", b"%s"), ("content_length", b"%s")),
+    span=b"%%s",  # the request's own span id, which its other envelopes hang under
+)
 _EVENT: Final = _format(
     "backend.sse.event",
     duration=False,
@@ -134,6 +142,7 @@ _ABORTED: Final = _format(
         ("termination_cause", b"%s"),
     ),
 )
+_INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
 _EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
 _FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
 _COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
@@ -200,6 +209,38 @@ class RequestLines:
             except Exception as exc:
                 record_failure("sink", exc)
         return True
+
+    def ingress(
+        self,
+        span_id: str,
+        metadata: Mapping[str, str | int | None],
+        edge: Mapping[str, str | None] | None,
+    ) -> bool:
+        """The request's ``backend.request.ingress``: no parent span, its own span id."""
+        emitter = self._emitter
+        if not emitter.admits(_INGRESS_TIER):
+            return True
+        # Closed and scrubbed exactly as ``emit`` closes them, so the line is the same.
+        meta, _ = _envelope.closed_metadata("backend.request.ingress", metadata, emitter.byte_cap)
+        method, path, length = meta["method"], meta["path"], meta["content_length"]
+        try:
+            edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
+        except orjson.JSONEncodeError:
+            return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, _, slug, demo = self._context
+        return self._write(
+            _INGRESS
+            % (test_id, trace_id, b"null", slug, demo)
+            % (
+                _text_json(span_id),
+                _envelope.clock_bytes(),
+                time.monotonic_ns(),
+                edge_json,
+                _text_json(method),
+                _text_json(path),
+                b"null" if length is None else b"%d" % length,
+            )
+        )
 
     def event(self, event_type: str, size: int, sequence: int) -> bool:
         if not self._emitter.admits(_EVENT_TIER):
