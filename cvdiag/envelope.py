@@ -38,7 +38,7 @@ _VALUE_COST: Final = 64
 _SMALLEST_SCAN: Final = 128
 
 
-class _Budget:
+class Budget:
     """Characters of scrubbing one envelope may still spend."""
 
     __slots__ = ("left",)
@@ -47,7 +47,7 @@ class _Budget:
         self.left = left
 
 
-def _scrubbed(text: str, budget: _Budget) -> str:
+def scrubbed(text: str, budget: Budget) -> str:
     """``text`` scrubbed within the envelope's budget; past it, an unscanned marker (no secret
     can be in what was never copied)."""
     size = len(text)
@@ -63,7 +63,7 @@ def _scrubbed(text: str, budget: _Budget) -> str:
     return scrub_text(text, limit)
 
 
-def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
+def _json_safe(value: object, depth: int, budget: Budget) -> Any:
     """A JSON-native copy of ``value``: strings scrubbed, containers bounded, oddities stringified.
 
     orjson can then never fail on what it is given: cycles end at the depth limit, huge ints and
@@ -72,7 +72,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
     """
     kind = type(value)
     if kind is str:
-        return _scrubbed(value, budget)  # type: ignore[arg-type]
+        return scrubbed(value, budget)  # type: ignore[arg-type]
     if value is None or kind is bool:
         return value
     if kind is int:
@@ -85,7 +85,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
         budget.left -= _VALUE_COST
         return f"<{type(value).__name__}, unscanned>"
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _scrubbed(scrub(value, limit=_SMALLEST_SCAN * 2), budget)
+        return scrubbed(scrub(value, limit=_SMALLEST_SCAN * 2), budget)
     if depth >= _MAX_DEPTH:
         return f"<{type(value).__name__} nested too deep>"
     if isinstance(value, Mapping):
@@ -107,7 +107,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
             items.append(f"… {len(value) - _MAX_ITEMS} more")
         return items
     # Any other object: its text, bounded where its type allows, then scrubbed like a string.
-    return _scrubbed(scrub(value, limit=max(min(budget.left, SCAN_LIMIT), _SMALLEST_SCAN)), budget)
+    return scrubbed(scrub(value, limit=max(min(budget.left, SCAN_LIMIT), _SMALLEST_SCAN)), budget)
 
 
 def _plain(value: str | bool | int | float) -> str | bool | int | float:
@@ -130,7 +130,7 @@ def closed_metadata(
     allowed = METADATA_KEYS.get(boundary, frozenset())
     out: dict[str, Any] = {}
     dropped = False
-    budget = _Budget(cap * SCAN_PER_CAP)
+    budget = Budget(cap * SCAN_PER_CAP)
     for key, value in metadata.items():
         if key not in allowed:
             dropped = True
@@ -148,7 +148,7 @@ def closed_metadata(
                 budget.left -= min(len(value), SCAN_LIMIT)
                 out[key] = scrub_identifier(value)[:NAME_MAX]
             else:
-                out[key] = _scrubbed(value, budget)
+                out[key] = scrubbed(value, budget)
             continue
         try:
             out[key] = _json_safe(value, 1, budget)

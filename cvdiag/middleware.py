@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +36,8 @@ from cvdiag.websocket_exchange import WebSocketExchange
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
+
+    from cvdiag.template import RequestLines
 
 
 def annotate_request(span: Span, ctx: RequestContext) -> None:
@@ -244,6 +246,8 @@ class CvdiagMiddleware:
             span_id=span_id,
         )
         allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
+        #: The request's templates, made for the ingress or (False) at its first envelope.
+        lines: RequestLines | Literal[False] | None = False
         if allow_ingress:
             edge: dict[str, str | None] | None = None
             for raw, key in EDGE.items():
@@ -252,24 +256,19 @@ class CvdiagMiddleware:
                         edge = dict.fromkeys(EDGE_HEADER_KEYS)
                     edge[key] = edge_value(found[raw])
             method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
-            metadata = {
-                "method": method,
-                "path": scrub_text(path, PATH_MAX),  # scrubbed, then cut
-                "content_length": content_length(found.get(CONTENT_LENGTH)),
-            }
+            path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
+            length = content_length(found.get(CONTENT_LENGTH))
             lines = emitter.lines_for(ctx)
-            if lines is None or not lines.ingress(span_id, metadata, edge):
+            if lines is None or not lines.ingress(span_id, method, path, length, edge):
                 emitter.emit(
                     "backend.request.ingress",
                     outcome="info",
-                    metadata=metadata,
+                    metadata={"method": method, "path": path, "content_length": length},
                     context=ctx,
                     span_id=span_id,
                     parent_span_id=None,
                     edge_headers=edge,
                 )
-        else:
-            lines = False
         exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
         exchange.request_lines = lines
         if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":

@@ -213,16 +213,20 @@ class RequestLines:
     def ingress(
         self,
         span_id: str,
-        metadata: Mapping[str, str | int | None],
+        method: str,
+        path: str,
+        length: int | None,
         edge: Mapping[str, str | None] | None,
     ) -> bool:
         """The request's ``backend.request.ingress``: no parent span, its own span id."""
         emitter = self._emitter
         if not emitter.admits(_INGRESS_TIER):
             return True
-        # Closed and scrubbed exactly as ``emit`` closes them, so the line is the same.
-        meta, _ = _envelope.closed_metadata("backend.request.ingress", metadata, emitter.byte_cap)
-        method, path, length = meta["method"], meta["path"], meta["content_length"]
+        # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
+        # within one budget, an integer or None as is), so the line is the same.
+        budget = _envelope.Budget(emitter.byte_cap * _envelope.SCAN_PER_CAP)
+        method = _envelope.scrubbed(method, budget)
+        path = _envelope.scrubbed(path, budget)
         try:
             edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
         except orjson.JSONEncodeError:

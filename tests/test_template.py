@@ -135,7 +135,7 @@ def test_an_ingress_line_is_the_line_emit_writes(
     emitter, sink = _pair(tier)
     span_id = context.span_id or "00000000000000ab"
     metadata = {"method": method, "path": path, "content_length": length}
-    if not _lines(emitter, context).ingress(span_id, metadata, edge):
+    if not _lines(emitter, context).ingress(span_id, method, path, length, edge):
         return  # over the cap: emit makes it (test_over_the_cap_the_ladder_takes_over)
     emitter.emit(
         "backend.request.ingress",
