@@ -97,6 +97,8 @@ class Emitter:
         #: Envelopes emitted at the debug tier, and when the first was.
         self._debug_count = itertools.count(1)
         self._debug_started: float | None = None
+        #: Read once per envelope at the debug tier: kept here, not looked up in the settings.
+        self._debug_bounds = (self.settings.debug_max_envelopes, self.settings.debug_max_seconds)
         self._lock = threading.Lock()
         self.emitted = 0
         self.truncated = 0
@@ -241,10 +243,8 @@ class Emitter:
         started = self._debug_started
         if started is None:
             started = self._debug_started = now
-        if (
-            count <= self.settings.debug_max_envelopes
-            and now - started <= self.settings.debug_max_seconds
-        ):
+        max_envelopes, max_seconds = self._debug_bounds
+        if count <= max_envelopes and now - started <= max_seconds:
             return False
         return self._fall_back(count, now - started)
 

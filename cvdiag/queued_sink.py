@@ -23,6 +23,8 @@ from cvdiag.sink_base import PREFIX, BaseSink
 
 #: Between two lines of a batch: joined in one C call, the writer spends no Python per line.
 _LINE_BREAK = b"\n" + PREFIX
+#: Lines joined per write from the loop (about 64 KiB of envelopes).
+_LOOP_SLICE = 100
 
 
 def _new_bell() -> threading.Lock:
@@ -139,12 +141,17 @@ class QueuedLineSink(BaseSink):
         if not self._write_lock.acquire(blocking=False):
             return  # the thread is writing, and takes what is queued with it
         try:
-            if not self._rest:
-                lines = self._take(len(self._queue))
-                if lines:
+            # A burst goes out in slices of at most _LOOP_SLICE lines: a few hundred KiB joined
+            # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
+            while True:
+                if not self._rest:
+                    lines = self._take(_LOOP_SLICE)
+                    if not lines:
+                        break
                     self._rest = self._batch_bytes(lines)
-            if self._rest:
                 self._rest = self._rest[write_some(fd, self._rest) :]
+                if self._rest:
+                    break  # the pipe is full: the rest waits for the next drain
         except Exception as exc:  # a broken pipe: what was taken is lost, and counted
             self._lost(self._rest, exc)
             self._rest = b""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from random import getrandbits
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Final
 
 import orjson
@@ -144,6 +145,7 @@ _ABORTED: Final = _format(
 )
 _INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
 _EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+_clock_bytes: Final = _envelope.clock_bytes
 _FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
 _COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
 _ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
@@ -247,7 +249,9 @@ class RequestLines:
         )
 
     def event(self, event_type: str, size: int, sequence: int) -> bool:
-        if not self._emitter.admits(_EVENT_TIER):
+        # The debug tier's per-event path: ``_write`` is inlined, as every call here counts.
+        emitter = self._emitter
+        if not emitter.admits(_EVENT_TIER):
             return True
         form = self._event
         if form is None:
@@ -258,18 +262,24 @@ class RequestLines:
             encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
             if len(self._types) < _TYPES_HELD:
                 self._types[event_type] = encoded
-        return self._write(
-            form
-            % (
-                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
-                _NULL_EDGE,
-                encoded,
-                size,
-                sequence,
-            )
+        line = form % (
+            getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+            _clock_bytes(),
+            monotonic_ns(),
+            _NULL_EDGE,
+            encoded,
+            size,
+            sequence,
         )
+        if len(line) > emitter.byte_cap:
+            return False  # emit cuts it down the ladder, and counts it
+        emitter.emitted += 1
+        for sink in self._sinks:
+            try:
+                sink.write_line(line)
+            except Exception as exc:
+                record_failure("sink", exc)
+        return True
 
     def first_byte(self, delta_ms: int) -> bool:
         if not self._emitter.admits(_FIRST_BYTE_TIER):
