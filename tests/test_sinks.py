@@ -235,7 +235,8 @@ def test_one_drain_from_the_loop_writes_a_whole_burst_in_order(
         fd = sink._loop_descriptor()
         assert fd is not None
         sink._drain_from_loop(fd)
-        assert not sink._queue and not sink._rest
+        assert not sink._queue
+        assert not sink._rest
 
     asyncio.run(burst())
     out.close()
