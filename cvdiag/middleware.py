@@ -16,6 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Final, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,6 +57,7 @@ __all__ = ["CvdiagMiddleware"]
 
 #: How long lifespan shutdown may wait for queued envelopes to be written.
 _SHUTDOWN_FLUSH_SECONDS: Final = 5.0
+_new_context: Final = partial(tuple.__new__, RequestContext)
 #: Scope types that get an OpenTelemetry server span.
 _TRACED: Final = frozenset({"http", "websocket"})
 
@@ -266,12 +268,15 @@ class CvdiagMiddleware:
                     if slug is not None:
                         break
         span_id = new_span_id()
-        ctx = RequestContext(
-            test_id=test_id or new_uuid7(),
-            trace_id=emitter.new_trace_id(),
-            slug=slug or "unknown",
-            demo=demo_name(local),
-            span_id=span_id,
+        # Built as the tuple it is: NamedTuple's keyword __new__ costs four times as much.
+        ctx = _new_context(
+            (
+                test_id or new_uuid7(),  # test_id
+                emitter.new_trace_id(),  # trace_id
+                slug or "unknown",  # slug
+                demo_name(local),  # demo
+                span_id,  # span_id
+            )
         )
         allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
         #: The request's templates, made for the ingress or (False) at its first envelope.
