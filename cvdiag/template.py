@@ -16,7 +16,6 @@ which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from random import getrandbits
 from time import monotonic_ns
@@ -143,6 +142,20 @@ _ABORTED: Final = _format(
         ("termination_cause", b"%s"),
     ),
 )
+
+
+def _one_level(form: bytes) -> bytes:
+    """A template with its context slots left as plain ``%s`` too: an envelope a request
+    writes once is one ``bytes %`` of every value in the envelope's key order."""
+    return form % ((b"%s",) * len(_CONTEXT))
+
+
+# Each one's arguments, in key order: test_id, trace_id, span_id, parent_span_id, slug, demo,
+# ts, mono_ns, then its own (duration_ms, outcome, edge_headers, metadata) as they come.
+_INGRESS_ONCE: Final = _one_level(_INGRESS)
+_FIRST_BYTE_ONCE: Final = _one_level(_FIRST_BYTE)
+_COMPLETE_ONCE: Final = _one_level(_COMPLETE)
+_ABORTED_ONCE: Final = _one_level(_ABORTED)
 _INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
 _EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
 _clock_bytes: Final = _envelope.clock_bytes
@@ -162,12 +175,7 @@ def _text_json(value: str) -> bytes:
         encoded = orjson.dumps(value)
     except orjson.JSONEncodeError:
         encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
-    return _envelope.line_safe(encoded)
-
-
-def _json(value: str) -> bytes:
-    # Becomes constant text of the request's formats: escaped for the second formatting.
-    return _text_json(value).replace(b"%", b"%%")
+    return encoded if encoded.isascii() else _envelope.line_safe(encoded)
 
 
 def _word(word: str) -> bytes:
@@ -189,12 +197,13 @@ class RequestLines:
         self._emitter = emitter
         self._sinks = sinks
         test_id, trace_id, slug, demo, parent = context
+        #: The context's values as JSON, in key order; span_id's slot comes after trace_id.
         self._context = (
-            _json(test_id),
-            _json(trace_id),
-            b"null" if parent is None else _json(parent),
-            _json(slug),
-            _json(demo),
+            _text_json(test_id),
+            _text_json(trace_id),
+            b"null" if parent is None else _text_json(parent),
+            _text_json(slug),
+            _text_json(demo),
         )
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
@@ -235,12 +244,16 @@ class RequestLines:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, _, slug, demo = self._context
         return self._write(
-            _INGRESS
-            % (test_id, trace_id, b"null", slug, demo)
+            _INGRESS_ONCE
             % (
+                test_id,
+                trace_id,
                 _text_json(span_id),
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
+                b"null",  # the ingress hangs under no span
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
                 edge_json,
                 _text_json(method),
                 _text_json(path),
@@ -254,8 +267,8 @@ class RequestLines:
         if not emitter.admits(_EVENT_TIER):
             return True
         form = self._event
-        if form is None:
-            form = self._event = _EVENT % self._context
+        if form is None:  # the context becomes constant text: escaped for the second format
+            form = self._event = _EVENT % tuple(v.replace(b"%", b"%%") for v in self._context)
         encoded = self._types.get(event_type)
         if encoded is None:
             # Scrubbed like any identifier, then cut, as closed metadata is.
@@ -284,8 +297,22 @@ class RequestLines:
     def first_byte(self, delta_ms: int) -> bool:
         if not self._emitter.admits(_FIRST_BYTE_TIER):
             return True
-        own = (getrandbits(64) or 1, _envelope.clock_bytes(), time.monotonic_ns(), _NULL_EDGE)
-        return self._write(_FIRST_BYTE % self._context % (*own, delta_ms))
+        test_id, trace_id, parent, slug, demo = self._context
+        return self._write(
+            _FIRST_BYTE_ONCE
+            % (
+                test_id,
+                trace_id,
+                getrandbits(64) or 1,
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                _NULL_EDGE,
+                delta_ms,
+            )
+        )
 
     def complete(
         self,
@@ -304,13 +331,18 @@ class RequestLines:
                 edge_json = _envelope.line_safe(orjson.dumps(edge))
             except orjson.JSONEncodeError:
                 return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            _COMPLETE
-            % self._context
+            _COMPLETE_ONCE
             % (
+                test_id,
+                trace_id,
                 getrandbits(64) or 1,
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
                 total_ms,
                 _OUTCOME[100 <= status < 400],
                 edge_json,
@@ -324,13 +356,18 @@ class RequestLines:
     def aborted(self, kind: str, before: int, cause: str, duration_ms: int) -> bool:
         if not self._emitter.admits(_ABORTED_TIER):
             return True
+        test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            _ABORTED
-            % self._context
+            _ABORTED_ONCE
             % (
+                test_id,
+                trace_id,
                 getrandbits(64) or 1,
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
                 duration_ms,
                 _NULL_EDGE,
                 _word(kind),
