@@ -95,14 +95,15 @@ class QueuedLineSink(BaseSink):
         queue.append(line)
         loop = running_loop()
         if loop is not None:
+            if self._drain_on is loop:
+                return  # this burst's drain is already due on this loop: it takes the line too
             fd = self._loop_descriptor()
             if fd is not None:
                 # On the loop: drain from the loop, once per burst; no thread wakes.
-                if self._drain_on is not loop:
-                    self._drain_on = loop
-                    loop.call_later(self.LINGER, self._drain_from_loop, fd)
-                    if self._thread is None:
-                        self._start()  # idle: it writes for flush, exit and a closed loop
+                self._drain_on = loop
+                loop.call_later(self.LINGER, self._drain_from_loop, fd)
+                if self._thread is None:
+                    self._start()  # idle: it writes for flush, exit and a closed loop
                 return
         if self._idle:
             self._idle = False
