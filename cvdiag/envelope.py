@@ -36,6 +36,7 @@ SCAN_PER_CAP: Final = 2
 _VALUE_COST: Final = 64
 #: Below this many characters of budget, a long string is not scanned at all.
 _SMALLEST_SCAN: Final = 128
+_NO_KEYS: Final[frozenset[str]] = frozenset()
 
 
 class Budget:
@@ -127,10 +128,13 @@ def closed_metadata(
     """
     if not metadata:
         return {}, False
-    allowed = METADATA_KEYS.get(boundary, frozenset())
+    allowed = METADATA_KEYS.get(boundary, _NO_KEYS)
     out: dict[str, Any] = {}
     dropped = False
-    budget = Budget(cap * SCAN_PER_CAP)
+    # The scrubbing budget is made at the first value that needs it: most metadata is numbers
+    # and names. Names spent before it are counted in ``spent``.
+    budget: Budget | None = None
+    spent = 0
     for key, value in metadata.items():
         if key not in allowed:
             dropped = True
@@ -138,17 +142,25 @@ def closed_metadata(
         # Counts, sizes, durations and short names are most of what producers send: settle them
         # here rather than in a call to _json_safe.
         kind = value.__class__
-        if (kind is int and _INT_MIN <= value <= _INT_MAX) or (
-            kind is float and value - value == 0
-        ):
-            out[key] = value  # x - x is 0.0 for every finite float, NaN for inf and NaN
-            continue
-        if kind is str:
-            if key in IDENTIFIER_KEYS:
-                budget.left -= min(len(value), SCAN_LIMIT)
-                out[key] = scrub_identifier(value)[:NAME_MAX]
+        if kind is int:
+            if _INT_MIN <= value <= _INT_MAX:
+                out[key] = value
+                continue
+        elif kind is float:
+            if value - value == 0:  # x - x is 0.0 for every finite float, NaN for inf and NaN
+                out[key] = value
+                continue
+        elif kind is str and key in IDENTIFIER_KEYS:
+            if budget is None:
+                spent += min(len(value), SCAN_LIMIT)
             else:
-                out[key] = scrubbed(value, budget)
+                budget.left -= min(len(value), SCAN_LIMIT)
+            out[key] = scrub_identifier(value)[:NAME_MAX]
+            continue
+        if budget is None:
+            budget = Budget(cap * SCAN_PER_CAP - spent)
+        if kind is str:
+            out[key] = scrubbed(value, budget)
             continue
         try:
             out[key] = _json_safe(value, 1, budget)
