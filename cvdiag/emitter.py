@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cvdiag import envelope as _envelope
 from cvdiag.context import _CURRENT, RequestContext
-from cvdiag.guard import failures, record_failure, say
+from cvdiag.guard import announce_once, failures, record_failure, say
 from cvdiag.ids import new_span_id, new_uuid7
 from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, LAYER, OUTCOMES, SCHEMA_VERSION, Tier
 from cvdiag.scrub import use_rules
@@ -122,7 +122,7 @@ class Emitter:
                 f" {found}, not one of {allowed}; running at tier {self.tier.label}"
             )
         if self.enabled and settings is None:
-            _announce(self)
+            announce_once(self.tier.label, self.sinks)
 
     def new_trace_id(self) -> str:
         """A new request's trace id: the current OpenTelemetry trace's (32 hex) when the bridge
@@ -334,25 +334,6 @@ _configure_lock = threading.Lock()
 #: A middleware given its own ``settings`` makes its emitter the one for its requests, so
 #: scopes, instrumented clients and ``emit()`` inside them use it too.
 _REQUEST_EMITTER: ContextVar[Emitter | None] = ContextVar("cvdiag_emitter", default=None)
-
-
-_announced = False
-
-
-def _announce(emitter: Emitter) -> None:
-    """Once per process, when the environment turned emission on: the tier and the sinks, on
-    stderr (stdout stays envelopes only)."""
-    global _announced
-    if _announced:
-        return
-    _announced = True
-    names = ", ".join(_sink_name(sink) for sink in emitter.sinks)
-    say(f"on at the {emitter.tier.label} tier, writing to {names}")
-
-
-def _sink_name(sink: Sink) -> str:
-    name = type(sink).__name__.removesuffix("Sink").lower()
-    return {"spanevent": "opentelemetry span events"}.get(name, name)
 
 
 def get_emitter() -> Emitter:

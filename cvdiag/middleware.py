@@ -12,14 +12,13 @@ See docs/streaming.md for every boundary emitted, when, and the ``termination_ki
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Final, Literal
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cvdiag import emitter as _emitters
 from cvdiag.context import _STATE, RequestContext, reset_context, set_context
@@ -28,9 +27,9 @@ from cvdiag.guard import record_failure, say
 from cvdiag.headers import CONTENT_LENGTH, EDGE, PATH_MAX, content_length, demo_name, edge_value
 from cvdiag.http_exchange import HTTPExchange
 from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.lifespan import flushing_at_shutdown
 from cvdiag.response_scope import release
 from cvdiag.schema import EDGE_HEADER_KEYS, Tier
-from cvdiag.scopes import end_outstanding_calls
 from cvdiag.scrub import scrub, scrub_text
 from cvdiag.settings import Settings
 from cvdiag.websocket_exchange import WebSocketExchange
@@ -55,32 +54,9 @@ def finish_request(span: Span, scope: Scope, status: int, failure: BaseException
 
 __all__ = ["CvdiagMiddleware"]
 
-#: How long lifespan shutdown may wait for queued envelopes to be written.
-_SHUTDOWN_FLUSH_SECONDS: Final = 5.0
 _new_context: Final = partial(tuple.__new__, RequestContext)
 #: Scope types that get an OpenTelemetry server span.
 _TRACED: Final = frozenset({"http", "websocket"})
-
-
-def _flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
-    """The lifespan's ``send``, unchanged, except that the envelopes still queued are written
-    before the server is told shutdown is complete.
-
-    Servers stop on SIGTERM by running lifespan shutdown; uvicorn then restores the signal
-    handlers it found and raises SIGTERM again, which ends the process before any atexit
-    handler runs. This is the last moment cvdiag is sure to have.
-    """
-
-    async def send_after_flush(message: Message) -> None:
-        if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
-            try:
-                end_outstanding_calls()  # each ends with one response saying so
-                await asyncio.to_thread(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
-            except Exception as exc:
-                record_failure("middleware", exc)
-        await send(message)
-
-    return send_after_flush
 
 
 class CvdiagMiddleware:
@@ -133,7 +109,7 @@ class CvdiagMiddleware:
             await self.app(scope, receive, send)
             return
         if scope["type"] == "lifespan":
-            await self.app(scope, receive, _flushing_at_shutdown(send, emitter))
+            await self.app(scope, receive, flushing_at_shutdown(send, emitter))
             return
         bridge = emitter.otel
         if bridge is not None and scope["type"] in _TRACED and bridge.tracing():
