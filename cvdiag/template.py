@@ -26,7 +26,7 @@ import orjson
 from cvdiag import envelope as _envelope
 from cvdiag.context import RequestContext
 from cvdiag.guard import record_failure
-from cvdiag.schema import BOUNDARY_TIER
+from cvdiag.schema import BOUNDARY_TIER, Tier
 from cvdiag.scrub import scrub_identifier
 from cvdiag.template_forms import (
     ABORTED_ONCE,
@@ -98,7 +98,7 @@ class RequestLines:
 
     def _write(self, line: bytes) -> bool:
         emitter = self._emitter
-        if len(line) > emitter.byte_cap:
+        if len(line) > emitter._cap:
             return False  # emit cuts it down the ladder, and counts it
         emitter.emitted += 1
         for sink in self._sinks:
@@ -151,7 +151,14 @@ class RequestLines:
     def event(self, event_type: str, size: int, sequence: int) -> bool:
         # The debug tier's per-event path: ``_write`` is inlined, as every call here counts.
         emitter = self._emitter
-        if not emitter.admits(_EVENT_TIER):
+        # The gate (``Emitter.admits``), written out: one call fewer per event.
+        if emitter._tier < _EVENT_TIER:
+            return True
+        if (
+            emitter._tier is Tier.DEBUG
+            and emitter._spend_debug_budget()
+            and emitter._tier < _EVENT_TIER
+        ):
             return True
         form = self._event
         if form is None:  # the context becomes constant text: escaped for the second format
@@ -171,7 +178,7 @@ class RequestLines:
             size,
             sequence,
         )
-        if len(line) > emitter.byte_cap:
+        if len(line) > emitter._cap:
             return False  # emit cuts it down the ladder, and counts it
         emitter.emitted += 1
         for sink in self._sinks:
