@@ -36,9 +36,10 @@ SCAN_PER_CAP: Final = 2
 _VALUE_COST: Final = 64
 #: Below this many characters of budget, a long string is not scanned at all.
 _SMALLEST_SCAN: Final = 128
+_NO_KEYS: Final[frozenset[str]] = frozenset()
 
 
-class _Budget:
+class Budget:
     """Characters of scrubbing one envelope may still spend."""
 
     __slots__ = ("left",)
@@ -47,7 +48,7 @@ class _Budget:
         self.left = left
 
 
-def _scrubbed(text: str, budget: _Budget) -> str:
+def scrubbed(text: str, budget: Budget) -> str:
     """``text`` scrubbed within the envelope's budget; past it, an unscanned marker (no secret
     can be in what was never copied)."""
     size = len(text)
@@ -63,7 +64,7 @@ def _scrubbed(text: str, budget: _Budget) -> str:
     return scrub_text(text, limit)
 
 
-def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
+def _json_safe(value: object, depth: int, budget: Budget) -> Any:
     """A JSON-native copy of ``value``: strings scrubbed, containers bounded, oddities stringified.
 
     orjson can then never fail on what it is given: cycles end at the depth limit, huge ints and
@@ -72,7 +73,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
     """
     kind = type(value)
     if kind is str:
-        return _scrubbed(value, budget)  # type: ignore[arg-type]
+        return scrubbed(value, budget)  # type: ignore[arg-type]
     if value is None or kind is bool:
         return value
     if kind is int:
@@ -85,7 +86,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
         budget.left -= _VALUE_COST
         return f"<{type(value).__name__}, unscanned>"
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _scrubbed(scrub(value, limit=_SMALLEST_SCAN * 2), budget)
+        return scrubbed(scrub(value, limit=_SMALLEST_SCAN * 2), budget)
     if depth >= _MAX_DEPTH:
         return f"<{type(value).__name__} nested too deep>"
     if isinstance(value, Mapping):
@@ -107,7 +108,7 @@ def _json_safe(value: object, depth: int, budget: _Budget) -> Any:
             items.append(f"… {len(value) - _MAX_ITEMS} more")
         return items
     # Any other object: its text, bounded where its type allows, then scrubbed like a string.
-    return _scrubbed(scrub(value, limit=max(min(budget.left, SCAN_LIMIT), _SMALLEST_SCAN)), budget)
+    return scrubbed(scrub(value, limit=max(min(budget.left, SCAN_LIMIT), _SMALLEST_SCAN)), budget)
 
 
 def _plain(value: str | bool | int | float) -> str | bool | int | float:
@@ -127,10 +128,13 @@ def closed_metadata(
     """
     if not metadata:
         return {}, False
-    allowed = METADATA_KEYS.get(boundary, frozenset())
+    allowed = METADATA_KEYS.get(boundary, _NO_KEYS)
     out: dict[str, Any] = {}
     dropped = False
-    budget = _Budget(cap * SCAN_PER_CAP)
+    # The scrubbing budget is made at the first value that needs it: most metadata is numbers
+    # and names. Names spent before it are counted in ``spent``.
+    budget: Budget | None = None
+    spent = 0
     for key, value in metadata.items():
         if key not in allowed:
             dropped = True
@@ -138,17 +142,25 @@ def closed_metadata(
         # Counts, sizes, durations and short names are most of what producers send: settle them
         # here rather than in a call to _json_safe.
         kind = value.__class__
-        if (kind is int and _INT_MIN <= value <= _INT_MAX) or (
-            kind is float and value - value == 0
-        ):
-            out[key] = value  # x - x is 0.0 for every finite float, NaN for inf and NaN
-            continue
-        if kind is str:
-            if key in IDENTIFIER_KEYS:
-                budget.left -= min(len(value), SCAN_LIMIT)
-                out[key] = scrub_identifier(value)[:NAME_MAX]
+        if kind is int:
+            if _INT_MIN <= value <= _INT_MAX:
+                out[key] = value
+                continue
+        elif kind is float:
+            if value - value == 0:  # x - x is 0.0 for every finite float, NaN for inf and NaN
+                out[key] = value
+                continue
+        elif kind is str and key in IDENTIFIER_KEYS:
+            if budget is None:
+                spent += min(len(value), SCAN_LIMIT)
             else:
-                out[key] = _scrubbed(value, budget)
+                budget.left -= min(len(value), SCAN_LIMIT)
+            out[key] = scrub_identifier(value)[:NAME_MAX]
+            continue
+        if budget is None:
+            budget = Budget(cap * SCAN_PER_CAP - spent)
+        if kind is str:
+            out[key] = scrubbed(value, budget)
             continue
         try:
             out[key] = _json_safe(value, 1, budget)
@@ -327,7 +339,9 @@ def serialize(envelope: Envelope, cap: int) -> tuple[bytes, Envelope]:
         envelope = _valid_utf8(envelope)
         data = line_safe(orjson.dumps(envelope))
     if len(data) <= cap:
-        return data, envelope
+        # A copy of exactly its size: orjson's own result sits in a larger allocation, and a
+        # queue holding many of them cost about 3.4 µs a line in fresh memory (0.2 µs to copy).
+        return memoryview(data).tobytes(), envelope
     env = dict(envelope)
     env["_truncated"] = True
     for step in _LADDER:

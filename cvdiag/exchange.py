@@ -133,8 +133,11 @@ class Exchange:
         sequence = self.event_count
         self.event_count = sequence + 1
         lines = self._lines()
-        if lines is not None and lines.event(event_type, size, sequence):
-            return
+        if lines is None or not lines.event(event_type, size, sequence):
+            self.event_by_emit(event_type, size, sequence)
+
+    def event_by_emit(self, event_type: str, size: int, sequence: int) -> None:
+        """An event the template could not write (over the byte cap, or no templates here)."""
         self.emitter.emit(
             "backend.sse.event",
             metadata={
@@ -266,8 +269,11 @@ class Exchange:
         name, self.echo = self.echo, None
         try:
             headers = list(message.get("headers") or ())
-            if name is None or any(key.lower() == name for key, _ in headers):
+            if name is None:
                 return message
+            for key, _ in headers:  # a plain loop: any() over a generator costs twice this
+                if key.lower() == name:
+                    return message
             headers.append((name, self.ctx.test_id.encode("ascii")))  # [a-z0-9._-] or a UUID
             return {**message, "headers": headers}  # the app's own message stays unchanged
         except Exception as exc:

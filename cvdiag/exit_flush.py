@@ -35,8 +35,8 @@ def before_exit(fn: Callable[[], object]) -> None:
     _before_exit.append(fn)
 
 
-def running_loop() -> asyncio.AbstractEventLoop | None:
-    return asyncio._get_running_loop()
+#: The running loop or None: the C function itself, with no Python frame of ours per line.
+running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
 
 
 def flush_all(timeout: float = 5.0) -> None:

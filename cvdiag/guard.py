@@ -1,10 +1,12 @@
-"""The one rule for failures inside cvdiag: count them, say so once on stderr, never raise."""
+"""The one rule for failures inside cvdiag: count them, say so once on stderr, never raise; and
+the one line on stderr that says cvdiag is on."""
 
 from __future__ import annotations
 
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterable
 
 _lock = threading.Lock()
 _reported: set[str] = set()
@@ -37,3 +39,22 @@ def _describe(exc: BaseException | str) -> str:
     if isinstance(exc, str):
         return scrub(exc)[:200]
     return f"{type(exc).__name__}: {scrub(exc)[:200]}"
+
+
+_announced = False
+
+
+def announce_once(tier: str, sinks: Iterable[object]) -> None:
+    """Once per process, when the environment turned emission on: the tier and the sinks, on
+    stderr (stdout stays envelopes only)."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    names = ", ".join(_sink_name(sink) for sink in sinks)
+    say(f"on at the {tier} tier, writing to {names}")
+
+
+def _sink_name(sink: object) -> str:
+    name = type(sink).__name__.removesuffix("Sink").lower()
+    return {"spanevent": "opentelemetry span events"}.get(name, name)

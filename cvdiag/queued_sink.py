@@ -23,6 +23,8 @@ from cvdiag.sink_base import PREFIX, BaseSink
 
 #: Between two lines of a batch: joined in one C call, the writer spends no Python per line.
 _LINE_BREAK = b"\n" + PREFIX
+#: Lines joined per write from the loop (about 64 KiB of envelopes).
+_LOOP_SLICE = 100
 
 
 def _new_bell() -> threading.Lock:
@@ -93,14 +95,15 @@ class QueuedLineSink(BaseSink):
         queue.append(line)
         loop = running_loop()
         if loop is not None:
+            if self._drain_on is loop:
+                return  # this burst's drain is already due on this loop: it takes the line too
             fd = self._loop_descriptor()
             if fd is not None:
                 # On the loop: drain from the loop, once per burst; no thread wakes.
-                if self._drain_on is not loop:
-                    self._drain_on = loop
-                    loop.call_later(self.LINGER, self._drain_from_loop, fd)
-                    if self._thread is None:
-                        self._start()  # idle: it writes for flush, exit and a closed loop
+                self._drain_on = loop
+                loop.call_later(self.LINGER, self._drain_from_loop, fd)
+                if self._thread is None:
+                    self._start()  # idle: it writes for flush, exit and a closed loop
                 return
         if self._idle:
             self._idle = False
@@ -139,12 +142,17 @@ class QueuedLineSink(BaseSink):
         if not self._write_lock.acquire(blocking=False):
             return  # the thread is writing, and takes what is queued with it
         try:
-            if not self._rest:
-                lines = self._take(len(self._queue))
-                if lines:
+            # A burst goes out in slices of at most _LOOP_SLICE lines: a few hundred KiB joined
+            # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
+            while True:
+                if not self._rest:
+                    lines = self._take(_LOOP_SLICE)
+                    if not lines:
+                        break
                     self._rest = self._batch_bytes(lines)
-            if self._rest:
                 self._rest = self._rest[write_some(fd, self._rest) :]
+                if self._rest:
+                    break  # the pipe is full: the rest waits for the next drain
         except Exception as exc:  # a broken pipe: what was taken is lost, and counted
             self._lost(self._rest, exc)
             self._rest = b""

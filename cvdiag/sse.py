@@ -59,7 +59,7 @@ def json_type(data: bytes | str, *, complete: bool = True) -> str | None:
     if not complete or len(raw) > DATA_KEEP:
         match = _LEADING_TYPE.match(raw)
         return match.group(1).decode("utf-8", "replace") if match is not None else None
-    if raw.lstrip()[:1] != b"{":
+    if raw[:1] != b"{" and raw.lstrip()[:1] != b"{":  # most data starts with its brace
         return None
     try:
         value = orjson.loads(raw)

@@ -16,9 +16,9 @@ which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from random import getrandbits
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Final
 
 import orjson
@@ -26,115 +26,26 @@ import orjson
 from cvdiag import envelope as _envelope
 from cvdiag.context import RequestContext
 from cvdiag.guard import record_failure
-from cvdiag.schema import BOUNDARY_TIER
+from cvdiag.schema import BOUNDARY_TIER, Tier
 from cvdiag.scrub import scrub_identifier
+from cvdiag.template_forms import (
+    ABORTED_ONCE,
+    COMPLETE_ONCE,
+    EVENT,
+    FIRST_BYTE_ONCE,
+    INGRESS_ONCE,
+)
 
 if TYPE_CHECKING:
     from cvdiag.emitter import Emitter
     from cvdiag.sinks import LineSink
 
-#: Fields the request fills in once, in the envelope's key order.
-_CONTEXT: Final = ("test_id", "trace_id", "parent_span_id", "slug", "demo")
 #: Event types one request keeps encoded; a stream of ever-new types is encoded per event.
 _TYPES_HELD: Final = 64
 
-
-def _marker(name: str) -> str:
-    # Never in a serialized envelope otherwise: orjson writes NUL as \u0000.
-    return f"\x00cvdiag-slot:{name}\x00"
-
-
-def _format(
-    boundary: str,
-    *,
-    duration: bool,
-    outcome: str | None,
-    metadata: tuple[tuple[str, bytes], ...],
-) -> bytes:
-    """``boundary``'s envelope with two levels of slots: the context's (``%s``, filled once per
-    request) and the envelope's own (``%%…``, left for each envelope). ``outcome`` None is a
-    slot too; a string is the boundary's one outcome."""
-    fields: dict[str, bytes] = dict.fromkeys(_CONTEXT, b"%s")
-    fields |= {"span_id": b'"%%016x"', "ts": b'"%%s"', "mono_ns": b"%%d"}
-    if duration:
-        fields["duration_ms"] = b"%%d"
-    if outcome is None:
-        fields["outcome"] = b'"%%s"'
-    fields["edge_headers"] = b"%%s"
-    fields |= {key: b"%" + slot for key, slot in metadata}
-    env = _envelope.build(
-        boundary,
-        outcome=_marker("outcome") if outcome is None else outcome,
-        metadata={key: _marker(key) for key, _ in metadata},
-        duration_ms=None,
-        context=RequestContext(
-            test_id=_marker("test_id"),
-            trace_id=_marker("trace_id"),
-            slug=_marker("slug"),
-            demo=_marker("demo"),
-        ),
-        span_id=_marker("span_id"),
-        parent_span_id=_marker("parent_span_id"),
-        edge_headers={},
-    )
-    env |= {"ts": _marker("ts"), "mono_ns": _marker("mono_ns")}
-    env["edge_headers"] = _marker("edge_headers")
-    if duration:
-        env["duration_ms"] = _marker("duration_ms")
-    # Constant text is escaped for both levels of formatting.
-    text = orjson.dumps(env).replace(b"%", b"%%%%")
-    at = {}
-    for name in fields:
-        encoded = orjson.dumps(_marker(name))
-        if text.count(encoded) != 1:
-            raise AssertionError(f"{boundary}: the slot {name} is not in the envelope once")
-        at[name] = text.index(encoded)
-    # Each level's arguments are passed in the envelope's key order: check it is still that.
-    order = sorted(fields, key=at.__getitem__)
-    own = [name for name in fields if name not in _CONTEXT]
-    if [n for n in order if n in _CONTEXT] != list(_CONTEXT) or [
-        n for n in order if n not in _CONTEXT
-    ] != own:
-        raise AssertionError(f"{boundary}: the slots are not in the envelope's key order")
-    for name, slot in fields.items():
-        text = text.replace(orjson.dumps(_marker(name)), slot)
-    return text
-
-
-_EVENT: Final = _format(
-    "backend.sse.event",
-    duration=False,
-    outcome="info",
-    metadata=(("event_type", b"%s"), ("payload_size_bytes", b"%d"), ("sequence_num", b"%d")),
-)
-_FIRST_BYTE: Final = _format(
-    "backend.sse.first_byte",
-    duration=False,
-    outcome="info",
-    metadata=(("delta_ms_from_ingress", b"%d"),),
-)
-_COMPLETE: Final = _format(
-    "backend.response.complete",
-    duration=True,
-    outcome=None,
-    metadata=(
-        ("http_status", b"%d"),
-        ("content_length", b"%d"),
-        ("total_duration_ms", b"%d"),
-        ("sse_event_count", b"%d"),
-    ),
-)
-_ABORTED: Final = _format(
-    "backend.sse.aborted",
-    duration=True,
-    outcome="err",
-    metadata=(
-        ("termination_kind", b"%s"),
-        ("bytes_before_abort", b"%d"),
-        ("termination_cause", b"%s"),
-    ),
-)
+_INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
 _EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+_clock_bytes: Final = _envelope.clock_bytes
 _FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
 _COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
 _ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
@@ -151,12 +62,7 @@ def _text_json(value: str) -> bytes:
         encoded = orjson.dumps(value)
     except orjson.JSONEncodeError:
         encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
-    return _envelope.line_safe(encoded)
-
-
-def _json(value: str) -> bytes:
-    # Becomes constant text of the request's formats: escaped for the second formatting.
-    return _text_json(value).replace(b"%", b"%%")
+    return encoded if encoded.isascii() else _envelope.line_safe(encoded)
 
 
 def _word(word: str) -> bytes:
@@ -178,12 +84,13 @@ class RequestLines:
         self._emitter = emitter
         self._sinks = sinks
         test_id, trace_id, slug, demo, parent = context
+        #: The context's values as JSON, in key order; span_id's slot comes after trace_id.
         self._context = (
-            _json(test_id),
-            _json(trace_id),
-            b"null" if parent is None else _json(parent),
-            _json(slug),
-            _json(demo),
+            _text_json(test_id),
+            _text_json(trace_id),
+            b"null" if parent is None else _text_json(parent),
+            _text_json(slug),
+            _text_json(demo),
         )
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
@@ -191,7 +98,7 @@ class RequestLines:
 
     def _write(self, line: bytes) -> bool:
         emitter = self._emitter
-        if len(line) > emitter.byte_cap:
+        if len(line) > emitter._cap:
             return False  # emit cuts it down the ladder, and counts it
         emitter.emitted += 1
         for sink in self._sinks:
@@ -201,36 +108,105 @@ class RequestLines:
                 record_failure("sink", exc)
         return True
 
+    def ingress(
+        self,
+        span_id: str,
+        method: str,
+        path: str,
+        length: int | None,
+        edge: Mapping[str, str | None] | None,
+    ) -> bool:
+        """The request's ``backend.request.ingress``: no parent span, its own span id."""
+        emitter = self._emitter
+        if not emitter.admits(_INGRESS_TIER):
+            return True
+        # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
+        # within one budget, an integer or None as is), so the line is the same.
+        budget = _envelope.Budget(emitter.byte_cap * _envelope.SCAN_PER_CAP)
+        method = _envelope.scrubbed(method, budget)
+        path = _envelope.scrubbed(path, budget)
+        try:
+            edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
+        except orjson.JSONEncodeError:
+            return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, _, slug, demo = self._context
+        return self._write(
+            INGRESS_ONCE
+            % (
+                test_id,
+                trace_id,
+                _text_json(span_id),
+                b"null",  # the ingress hangs under no span
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                edge_json,
+                _text_json(method),
+                _text_json(path),
+                b"null" if length is None else b"%d" % length,
+            )
+        )
+
     def event(self, event_type: str, size: int, sequence: int) -> bool:
-        if not self._emitter.admits(_EVENT_TIER):
+        # The debug tier's per-event path: ``_write`` is inlined, as every call here counts.
+        emitter = self._emitter
+        # The gate (``Emitter.admits``), written out: one call fewer per event.
+        if emitter._tier < _EVENT_TIER:
+            return True
+        if (
+            emitter._tier is Tier.DEBUG
+            and emitter._spend_debug_budget()
+            and emitter._tier < _EVENT_TIER
+        ):
             return True
         form = self._event
-        if form is None:
-            form = self._event = _EVENT % self._context
+        if form is None:  # the context becomes constant text: escaped for the second format
+            form = self._event = EVENT % tuple(v.replace(b"%", b"%%") for v in self._context)
         encoded = self._types.get(event_type)
         if encoded is None:
             # Scrubbed like any identifier, then cut, as closed metadata is.
             encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
             if len(self._types) < _TYPES_HELD:
                 self._types[event_type] = encoded
-        return self._write(
-            form
-            % (
-                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
-                _NULL_EDGE,
-                encoded,
-                size,
-                sequence,
-            )
+        line = form % (
+            getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+            _clock_bytes(),
+            monotonic_ns(),
+            _NULL_EDGE,
+            encoded,
+            size,
+            sequence,
         )
+        if len(line) > emitter._cap:
+            return False  # emit cuts it down the ladder, and counts it
+        emitter.emitted += 1
+        for sink in self._sinks:
+            try:
+                sink.write_line(line)
+            except Exception as exc:
+                record_failure("sink", exc)
+        return True
 
     def first_byte(self, delta_ms: int) -> bool:
         if not self._emitter.admits(_FIRST_BYTE_TIER):
             return True
-        own = (getrandbits(64) or 1, _envelope.clock_bytes(), time.monotonic_ns(), _NULL_EDGE)
-        return self._write(_FIRST_BYTE % self._context % (*own, delta_ms))
+        test_id, trace_id, parent, slug, demo = self._context
+        return self._write(
+            FIRST_BYTE_ONCE
+            % (
+                test_id,
+                trace_id,
+                getrandbits(64) or 1,
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                _NULL_EDGE,
+                delta_ms,
+            )
+        )
 
     def complete(
         self,
@@ -249,13 +225,18 @@ class RequestLines:
                 edge_json = _envelope.line_safe(orjson.dumps(edge))
             except orjson.JSONEncodeError:
                 return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            _COMPLETE
-            % self._context
+            COMPLETE_ONCE
             % (
+                test_id,
+                trace_id,
                 getrandbits(64) or 1,
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
                 total_ms,
                 _OUTCOME[100 <= status < 400],
                 edge_json,
@@ -269,13 +250,18 @@ class RequestLines:
     def aborted(self, kind: str, before: int, cause: str, duration_ms: int) -> bool:
         if not self._emitter.admits(_ABORTED_TIER):
             return True
+        test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            _ABORTED
-            % self._context
+            ABORTED_ONCE
             % (
+                test_id,
+                trace_id,
                 getrandbits(64) or 1,
-                _envelope.clock_bytes(),
-                time.monotonic_ns(),
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
                 duration_ms,
                 _NULL_EDGE,
                 _word(kind),

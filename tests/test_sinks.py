@@ -215,3 +215,30 @@ def test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints() -> No
     assert envelopes
     for parsed in lines_of("\n".join(envelopes)):
         assert parsed["boundary"] in {"backend.error.caught", "cvdiag.queue_dropped"}
+
+
+def test_one_drain_from_the_loop_writes_a_whole_burst_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loop writes a burst in slices of lines (cvdiag/queued_sink.py): a burst of many
+    # slices still goes out whole, in order, in the one drain, with nothing left queued.
+    import asyncio
+
+    out = open(tmp_path / "out", "w", buffering=1)  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", out)
+    sink = StdoutSink(queue_size=100_000)
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+
+    async def burst() -> None:
+        for i in range(1_050):
+            em.emit("backend.error.caught", metadata={"message_scrubbed": str(i)})
+        fd = sink._loop_descriptor()
+        assert fd is not None
+        sink._drain_from_loop(fd)
+        assert not sink._queue
+        assert not sink._rest
+
+    asyncio.run(burst())
+    out.close()
+    envs = lines_of((tmp_path / "out").read_text())
+    assert [e["metadata"]["message_scrubbed"] for e in envs] == [str(i) for i in range(1_050)]

@@ -115,6 +115,41 @@ def test_a_complete_line_is_the_line_emit_writes(
     _same(*sink.lines)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    context=contexts,
+    method=text,
+    path=st.one_of(text, text.map(lambda t: "/" + t * 40)),
+    length=st.one_of(st.none(), st.integers(0, 2**63)),
+    edge=edges,
+    tier=st.sampled_from(["verbose", "debug"]),
+)
+def test_an_ingress_line_is_the_line_emit_writes(
+    context: RequestContext,
+    method: str,
+    path: str,
+    length: int | None,
+    edge: Mapping[str, str | None] | None,
+    tier: str,
+) -> None:
+    emitter, sink = _pair(tier)
+    span_id = context.span_id or "00000000000000ab"
+    metadata = {"method": method, "path": path, "content_length": length}
+    if not _lines(emitter, context).ingress(span_id, method, path, length, edge):
+        return  # over the cap: emit makes it (test_over_the_cap_the_ladder_takes_over)
+    emitter.emit(
+        "backend.request.ingress",
+        metadata=metadata,
+        context=context,
+        span_id=span_id,
+        parent_span_id=None,
+        edge_headers=edge,
+    )
+    _same(*sink.lines)
+    assert sink.envelopes[0]["parent_span_id"] is None
+    assert sink.envelopes[0]["span_id"] == span_id
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     context=contexts,
