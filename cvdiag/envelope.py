@@ -208,6 +208,13 @@ clock_now: Final = _clock.now
 clock_bytes: Final = _clock.now_bytes
 
 
+def ms_since(start: float) -> int:
+    """Whole milliseconds since ``start`` (``time.perf_counter()``), like every duration on the
+    wire (v1's ``duration_ms`` is an integer); never negative, even if the clock is stepped back
+    (or patched) under a request."""
+    return max(0, round((time.perf_counter() - start) * 1000))
+
+
 def build(
     boundary: str,
     *,

@@ -6,14 +6,14 @@ server's. Envelopes come from the request's templates (cvdiag/template.py) where
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.types import Message, Receive, Send
 
 from cvdiag.context import RequestContext, RequestState
 from cvdiag.emitter import Emitter
+from cvdiag.envelope import ms_since
 from cvdiag.errors import (
     claim_report,
     classify_exit,
@@ -22,17 +22,11 @@ from cvdiag.errors import (
     mark_client_gone,
 )
 from cvdiag.guard import record_failure
-from cvdiag.headers import response_facts
+from cvdiag.headers import with_header
 from cvdiag.response_scope import end_held, ended_short
 
 if TYPE_CHECKING:
     from cvdiag.template import RequestLines
-
-
-def ms_since(start: float) -> int:
-    # Whole milliseconds, like every duration on the wire (v1's duration_ms is an integer);
-    # never negative, even if the clock is stepped back (or patched) under a request.
-    return max(0, round((time.perf_counter() - start) * 1000))
 
 
 class Exchange:
@@ -97,8 +91,7 @@ class Exchange:
         self.disconnected = False  # the client's disconnect was seen on receive
         self.send_error: BaseException | None = None  # what the server's send raised
         self.terminal = False  # the one terminal boundary has been emitted
-        #: The header the response start gets the test id in (once), or None.
-        self.echo: bytes | None = None
+        self.echo: bytes | None = None  # the header the test id goes back in (once)
         #: What the request's own code reports while it runs (streams it opened, a cut turn).
         self.state = RequestState()
         #: The request's envelopes from templates (False: not made yet; None: use ``emit``).
@@ -219,21 +212,10 @@ class Exchange:
             context=self.ctx,
         )
 
-    def error(self, exc: BaseException) -> None:
-        self._emit("backend.error.caught", "err", describe_exception(exc))
-
     def broken(self, exc: BaseException) -> None:
         """cvdiag failed inside this request: count it and get out of the way."""
         self.active = False
         record_failure("middleware", exc)
-
-    def response_headers(
-        self, headers: Iterable[tuple[bytes, bytes]]
-    ) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """Keeps the response's edge headers for ``complete``; returns its content type,
-        content coding and declared length."""
-        content_type, encoding, length, self.response_edge = response_facts(headers)
-        return content_type, encoding, length
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -264,18 +246,12 @@ class Exchange:
                 self.broken(exc)
 
     def with_test_id(self, message: Message) -> Message:
-        """The response start (or handshake) with the request's test id added, once. An app
-        that set that header itself keeps its own value."""
+        """The response start (or handshake) with the request's test id added, once."""
         name, self.echo = self.echo, None
+        if name is None:
+            return message
         try:
-            headers = list(message.get("headers") or ())
-            if name is None:
-                return message
-            for key, _ in headers:  # a plain loop: any() over a generator costs twice this
-                if key.lower() == name:
-                    return message
-            headers.append((name, self.ctx.test_id.encode("ascii")))  # [a-z0-9._-] or a UUID
-            return {**message, "headers": headers}  # the app's own message stays unchanged
+            return with_header(message, name, self.ctx.test_id.encode("ascii"))  # ASCII ids
         except Exception as exc:
             self.broken(exc)
             return message
@@ -300,7 +276,8 @@ class Exchange:
                 end_held(self.state, exc)  # the agent reports the error under its span
             kind = classify_exit(exc)
             if kind in ("error", "timeout") and exc is not None and claim_report(exc):
-                self.error(exc)  # unless a scope inside the request already reported it
+                # Unless a scope inside the request already reported it.
+                self._emit("backend.error.caught", "err", describe_exception(exc))
             self.settle_streams(body_end=False)
             if not self.terminal:
                 self.end(kind)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from starlette.types import Message
+
 from cvdiag.schema import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX
 from cvdiag.scrub import placeholder, scrub_identifier, scrub_text
 
@@ -91,3 +93,14 @@ def response_facts(
                     edge = dict.fromkeys(EDGE_HEADER_KEYS)
                 edge[key] = edge_value(value)
     return content_type, encoding, length, edge
+
+
+def with_header(message: Message, name: bytes, value: bytes) -> Message:
+    """A copy of the response start (or handshake) ``message`` with ``name: value`` added; the
+    message itself when the app set that header already (its own value wins)."""
+    headers = list(message.get("headers") or ())
+    for key, _ in headers:  # a plain loop: any() over a generator costs twice this
+        if key.lower() == name:
+            return message
+    headers.append((name, value))
+    return {**message, "headers": headers}  # the app's own message stays unchanged

@@ -16,7 +16,7 @@ from typing import Any, Final
 from starlette.types import Message
 
 from cvdiag.exchange import Exchange
-from cvdiag.headers import content_length
+from cvdiag.headers import content_length, response_facts
 from cvdiag.sse import SSECounter, SSEParser
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
@@ -125,7 +125,8 @@ class HTTPExchange(Exchange):
     def _start(self, message: Message) -> None:
         self.started = True
         self.status = int(message.get("status", 0))
-        content_type, encoding, length = self.response_headers(message.get("headers") or ())
+        headers = message.get("headers") or ()
+        content_type, encoding, length, self.response_edge = response_facts(headers)
         self.declared = content_length(length)
         if encoding is not None:
             bits = _INFLATE_BITS.get(encoding.strip().lower())

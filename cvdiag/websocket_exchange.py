@@ -12,6 +12,7 @@ from typing import Final
 from starlette.types import Message
 
 from cvdiag.exchange import Exchange
+from cvdiag.headers import response_facts
 from cvdiag.sse import json_type
 
 #: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
@@ -64,7 +65,7 @@ class WebSocketExchange(Exchange):
         elif kind == "websocket.accept":
             self.started = True
             self.status = 101
-            self.response_headers(message.get("headers") or ())
+            self.response_edge = response_facts(message.get("headers") or ())[3]
         elif kind == "websocket.close":
             if not self.started:
                 self.started = True
@@ -73,7 +74,7 @@ class WebSocketExchange(Exchange):
         elif kind == "websocket.http.response.start":
             self.started = True
             self.status = int(message.get("status", 0))
-            self.response_headers(message.get("headers") or ())
+            self.response_edge = response_facts(message.get("headers") or ())[3]
         elif kind == "websocket.http.response.body":
             self.bytes_sent += len(message.get("body", b""))
             return not message.get("more_body", False)
