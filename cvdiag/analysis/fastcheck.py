@@ -23,7 +23,9 @@ _TIME: Final = re.compile(
     r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)"
     r"(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 )
-_ANNOTATIONS: Final = frozenset(
+#: Keywords that never change a verdict (``format`` is an annotation for jsonschema unless a
+#: format checker is installed; the date-time rule is applied separately, see ``ts_problem``).
+ANNOTATIONS: Final = frozenset(
     {
         "$schema",
         "$id",
@@ -68,7 +70,7 @@ class _Writer:
     def conditions(self, schema: Mapping[str, Any], v: str) -> list[str]:
         """The tests ``schema`` makes of the value named ``v``, all of which must hold."""
         known = {"type", "const", "enum", "pattern", "required", "properties"}
-        if set(schema) - known - _ANNOTATIONS - {"additionalProperties"}:
+        if set(schema) - known - ANNOTATIONS - {"additionalProperties"}:
             raise _Unsupported
         kind = schema.get("type")
         kinds = [] if kind is None else [kind] if isinstance(kind, str) else list(kind)

@@ -20,28 +20,13 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Final
 
-from cvdiag.analysis.fastcheck import compile_check
+from cvdiag.analysis.fastcheck import ANNOTATIONS, compile_check
 from cvdiag.schema import BYTE_CAPS, Tier, packaged_schema
 
 MAX_BYTES: Final = BYTE_CAPS[Tier.DEBUG]
 
 _KEYWORDS: Final = frozenset(
     {"type", "const", "enum", "pattern", "required", "properties", "additionalProperties"}
-)
-#: Keywords that never change a verdict (``format`` is an annotation for jsonschema unless a
-#: format checker is installed; the date-time rule is applied separately, see ``ts_problem``).
-_ANNOTATIONS: Final = frozenset(
-    {
-        "$schema",
-        "$id",
-        "$comment",
-        "$defs",
-        "title",
-        "description",
-        "format",
-        "schema_version",
-        "x-cvdiag-extensions",
-    }
 )
 _DATE_TIME: Final = re.compile(
     r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.\d+)?(?:[Zz]|[+-](\d\d):(\d\d))"
@@ -105,7 +90,7 @@ def _pattern(source: str) -> re.Pattern[str]:
 
 
 def _check(schema: Mapping[str, Any], value: Any, path: str, out: list[Problem]) -> None:
-    unknown = set(schema) - _KEYWORDS - _ANNOTATIONS
+    unknown = set(schema) - _KEYWORDS - ANNOTATIONS
     if unknown:
         raise UnsupportedSchema(f"schema keyword(s) not implemented: {', '.join(sorted(unknown))}")
     where = path or "envelope"
