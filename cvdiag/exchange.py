@@ -126,12 +126,9 @@ class Exchange:
         sequence = self.event_count
         self.event_count = sequence + 1
         lines = self._lines()
-        if lines is None or not lines.event(event_type, size, sequence):
-            self.event_by_emit(event_type, size, sequence)
-
-    def event_by_emit(self, event_type: str, size: int, sequence: int) -> None:
-        """An event the template could not write (over the byte cap, or no templates here)."""
-        self.emitter.emit(
+        if lines is not None and lines.event(event_type, size, sequence):
+            return
+        self.emitter.emit(  # over the byte cap, or no templates here
             "backend.sse.event",
             metadata={
                 "event_type": event_type,

@@ -160,14 +160,8 @@ class HTTPExchange(Exchange):
             self.bytes_sent += len(body)
             if self.parser is not None:
                 if streaming:
-                    events = self.parser.feed(body)
-                    lines = self._lines() if events else None
-                    for event_type, size in events:
-                        # The debug tier's per-event path: the template straight away.
-                        sequence = self.event_count
-                        self.event_count = sequence + 1
-                        if lines is None or not lines.event(event_type, size, sequence):
-                            self.event_by_emit(event_type, size, sequence)
+                    for event_type, size in self.parser.feed(body):
+                        self.event(event_type, size)
                 else:  # the whole SSE body in one message: not a stream, but its events count
                     self.event_count += len(self.parser.feed(body))
             elif self.counter is not None:

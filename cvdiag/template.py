@@ -26,7 +26,7 @@ import orjson
 from cvdiag import envelope as _envelope
 from cvdiag.context import RequestContext
 from cvdiag.guard import record_failure
-from cvdiag.schema import BOUNDARY_TIER, Tier
+from cvdiag.schema import BOUNDARY_TIER
 from cvdiag.scrub import scrub_identifier
 from cvdiag.template_forms import (
     ABORTED_ONCE,
@@ -149,16 +149,7 @@ class RequestLines:
         )
 
     def event(self, event_type: str, size: int, sequence: int) -> bool:
-        # The debug tier's per-event path: ``_write`` is inlined, as every call here counts.
-        emitter = self._emitter
-        # The gate (``Emitter.admits``), written out: one call fewer per event.
-        if emitter._tier < _EVENT_TIER:
-            return True
-        if (
-            emitter._tier is Tier.DEBUG
-            and emitter._spend_debug_budget()
-            and emitter._tier < _EVENT_TIER
-        ):
+        if not self._emitter.admits(_EVENT_TIER):
             return True
         form = self._event
         if form is None:  # the context becomes constant text: escaped for the second format
@@ -169,24 +160,18 @@ class RequestLines:
             encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
             if len(self._types) < _TYPES_HELD:
                 self._types[event_type] = encoded
-        line = form % (
-            getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
-            _clock_bytes(),
-            monotonic_ns(),
-            _NULL_EDGE,
-            encoded,
-            size,
-            sequence,
+        return self._write(
+            form
+            % (
+                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+                _clock_bytes(),
+                monotonic_ns(),
+                _NULL_EDGE,
+                encoded,
+                size,
+                sequence,
+            )
         )
-        if len(line) > emitter._cap:
-            return False  # emit cuts it down the ladder, and counts it
-        emitter.emitted += 1
-        for sink in self._sinks:
-            try:
-                sink.write_line(line)
-            except Exception as exc:
-                record_failure("sink", exc)
-        return True
 
     def first_byte(self, delta_ms: int) -> bool:
         if not self._emitter.admits(_FIRST_BYTE_TIER):
