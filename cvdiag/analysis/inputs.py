@@ -66,6 +66,11 @@ class Input:
         return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
 
     @property
+    def plain_file(self) -> bool:
+        """A regular file read as it is (not gzip, not stdin): it can be read in ranges."""
+        return self.stream is self._raw and self.rereadable
+
+    @property
     def rereadable(self) -> bool:
         """Whether opening the name again reads the same bytes: a regular file, not stdin."""
         if self.name == "<stdin>":

@@ -19,7 +19,6 @@ from cvdiag.analysis.reading import (
     Record,
     format_key,
     merged,
-    parsed_lines,
     records,
 )
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
@@ -31,9 +30,6 @@ if TYPE_CHECKING:
 
 # The classifier, the statistics, the timeline and the validator are imported by the commands
 # that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
-
-#: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
-INVALID_SHOWN = 100
 
 
 def _output(args: argparse.Namespace) -> Output:
@@ -269,66 +265,7 @@ def stats(args: argparse.Namespace) -> int:
 # --- validate -------------------------------------------------------------------------------
 
 
-class _Tally:
-    """Counts and lists what ``validate`` finds; lines are written as they are found."""
-
-    def __init__(self, out: Output) -> None:
-        self.out = out
-        self.envelopes = 0
-        self.invalid = 0
-        self.malformed = 0
-        self.set_aside = 0
-        self.rules: dict[str, int] = {}
-        from cvdiag.analysis.validate import problems
-
-        self.problems = problems
-
-    def report(self, where: str, message: str) -> None:
-        if self.invalid + self.malformed + self.set_aside <= INVALID_SHOWN:
-            self.out.human([f"{where}: {message}"])
-
-    def on_malformed(self, problem: Malformed) -> None:
-        if problem.set_aside:
-            self.set_aside += 1
-            self.report(problem.where, problem.reason)
-            return
-        self.malformed += 1
-        self.report(problem.where, f"malformed: {problem.reason}")
-
-    def check(self, source: Input, lineno: int, text: bytes, value: object) -> None:
-        self.envelopes += 1
-        found = self.problems(value, len(text))
-        if not found:
-            return
-        self.invalid += 1
-        for rule in {problem.rule for problem in found}:  # envelopes per rule, not problems
-            self.rules[rule] = self.rules.get(rule, 0) + 1
-        name = value.get("boundary") if isinstance(value, dict) else None
-        label = f" {name}" if isinstance(name, str) else ""
-        more = f"; and {len(found) - 5} more" if len(found) > 5 else ""
-        self.report(f"{source.name}:{lineno}{label}", "; ".join(map(str, found[:5])) + more)
-
-
 def validate_command(args: argparse.Namespace) -> int:
-    out = _output(args)
-    tally = _Tally(out)
-    with _opened(args) as inputs:
-        for source in inputs:
-            for lineno, text, value in parsed_lines(source, tally.on_malformed):
-                tally.check(source, lineno, text, value)
-    args.progress.done()
-    shown = tally.invalid + tally.malformed + tally.set_aside
-    if shown > INVALID_SHOWN:
-        out.line(f"… {shown - INVALID_SHOWN} more not shown")
-    rules = ", ".join(f"{rule} {n}" for rule, n in sorted(tally.rules.items()))
-    out.line(
-        f"{tally.envelopes} envelopes: {tally.envelopes - tally.invalid} valid,"
-        f" {tally.invalid} invalid"
-        + (f" ({rules})" if rules else "")
-        + f"; {tally.malformed} malformed lines; {tally.set_aside} lines set aside"
-    )
-    out.flush()
-    if not tally.envelopes and not tally.malformed and not tally.set_aside:
-        raise Failure(f"no CVDIAG envelope in {_names(args)}")
-    bad = tally.invalid + tally.malformed + (tally.set_aside if args.strict else 0)
-    return NOTHING if bad else OK
+    from cvdiag.cli.validating import validate
+
+    return validate(args)
