@@ -20,16 +20,19 @@ offsets are shifted by the range's start. Memory per worker is one read block pl
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import IO, Final, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
 
 from cvdiag.analysis.inputs import Input, InputError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+# multiprocessing and concurrent.futures are imported when a file is read in parallel: most
+# reads are of small files, and ``cvdiag grep`` never reads in parallel.
 
 #: Files smaller than this are read sequentially (module-level: the tests lower it).
 PARALLEL_MIN = 96 << 20
@@ -148,6 +151,10 @@ def run(
     """``job(name, start, end)`` for each range, in worker processes; the results in file order.
     ``on_done(end)`` is called as each range's result arrives. A worker that dies, or a job
     that raises, ends the run with ``InputError`` or the job's own exception."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(
         max_workers=min(workers(), len(ranges)), mp_context=context, initializer=_quiet

@@ -13,20 +13,22 @@ from __future__ import annotations
 import random
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from cvdiag.analysis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
 from cvdiag.analysis.describe import number
 from cvdiag.analysis.pertest import Again, PerTestId
 from cvdiag.analysis.reading import Record
+from cvdiag.analysis.stats_text import PERCENTILES, render
+
+__all__ = ["PERCENTILES", "Group", "Sample", "Stats", "render"]
 
 OVERALL_RESERVOIR: Final = 65_536
 SLUG_RESERVOIR: Final = 4_096
 MAX_SLUGS: Final = 256
 MAX_KEYS: Final = 64
 OTHER: Final = "(other)"
-PERCENTILES: Final = (50, 90, 99)
 
 INGRESS: Final = "backend.request.ingress"
 COMPLETE: Final = "backend.response.complete"
@@ -52,6 +54,24 @@ class Sample:
         slot = self.rng.randrange(self.count)
         if slot < self.limit:
             self.values[slot] = value
+
+    def merge(self, other: Sample) -> None:
+        """Add the numbers of ``other`` (a sample of later numbers): all of them while they
+        fit, else a uniform sample of both, drawn in proportion to their counts."""
+        total = self.count + other.count
+        if total <= self.limit:
+            self.values.extend(other.values)
+        else:
+            mine, theirs, take = self.count, other.count, 0
+            for _ in range(self.limit):  # how many of ``limit`` draws fall on this sample
+                if self.rng.randrange(mine + theirs) < mine:
+                    take, mine = take + 1, mine - 1
+                else:
+                    theirs -= 1
+            kept = self.rng.sample(list(self.values), take)
+            kept += self.rng.sample(list(other.values), self.limit - take)
+            self.values = array("d", kept)
+        self.count = total
 
     def percentiles(self) -> dict[str, Any]:
         ordered = sorted(self.values)
@@ -94,32 +114,14 @@ class Group:
         self.truncated = 0
         self.metadata_dropped = 0
 
-    def add(self, envelope: dict[str, Any]) -> None:
-        self.envelopes += 1
-        boundary = envelope["boundary"]
-        meta = envelope["metadata"]
-        if envelope.get("_truncated") is True:
-            self.truncated += 1
-        if envelope.get("_metadata_dropped") is True:
-            self.metadata_dropped += 1
-        if boundary == "backend.sse.event":  # the most frequent boundary by far
-            return
+    def count(self, envelope: dict[str, Any], boundary: str) -> None:
+        """The plain counts of one envelope (``Stats`` keeps them per slug and sums them for
+        the overall group: one pass per envelope, not two)."""
         if boundary == INGRESS:
             self.ingress += 1
         elif boundary == COMPLETE:
             self.completions += 1
             self.outcomes[envelope["outcome"]] += 1
-            total = number(meta.get("total_duration_ms"))
-            total = total if total is not None else number(envelope.get("duration_ms"))
-            if total is not None:
-                self.duration.add(total)
-        elif boundary == ABORTED:
-            kind = meta.get("termination_kind")
-            _count_capped(self.aborted, kind if isinstance(kind, str) else "?")
-        elif boundary == "backend.sse.first_byte":
-            delta = number(meta.get("delta_ms_from_ingress"))
-            if delta is not None:
-                self.first_byte.add(delta)
         elif boundary == "backend.llm.call.start":
             self.llm_calls += 1
         elif boundary == "backend.llm.call.heartbeat":
@@ -127,16 +129,38 @@ class Group:
         elif boundary == "backend.llm.call.response":
             self.llm_responses += 1
             self.llm_outcomes[envelope["outcome"]] += 1
-            latency = number(meta.get("latency_ms"))
-            latency = latency if latency is not None else number(envelope.get("duration_ms"))
-            if latency is not None:
-                self.llm_latency.add(latency)
-        elif boundary == "backend.error.caught":
-            kind = meta.get("exception_type")
-            _count_capped(self.errors, kind if isinstance(kind, str) else "?")
         elif boundary == "cvdiag.queue_dropped":
-            dropped = number(meta.get("dropped_count"))
+            dropped = number(envelope["metadata"].get("dropped_count"))
             self.dropped += int(dropped) if dropped is not None else 0
+
+    _PLAIN: Final = (
+        "envelopes",
+        "ingress",
+        "completions",
+        "llm_calls",
+        "llm_responses",
+        "heartbeats",
+        "dropped",
+        "truncated",
+        "metadata_dropped",
+    )
+
+    def add_counts(self, other: Group) -> None:
+        for name in self._PLAIN:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.outcomes.update(other.outcomes)
+        self.llm_outcomes.update(other.llm_outcomes)
+
+    def merge(self, other: Group) -> None:
+        """Add ``other``, the same group's figures over a later part of the input."""
+        self.add_counts(other)
+        # Capped counters: keys in the order they first appeared, as one read would see them.
+        for mine, theirs in ((self.aborted, other.aborted), (self.errors, other.errors)):
+            for key, amount in theirs.items():
+                _count_capped(mine, key, amount)
+        self.first_byte.merge(other.first_byte)
+        self.llm_latency.merge(other.llm_latency)
+        self.duration.merge(other.duration)
 
     @property
     def requests(self) -> int:
@@ -175,8 +199,64 @@ class Group:
         }
 
 
+# The figures an envelope adds to the overall group and to its slug's group alike (samples,
+# capped counters), overall first: one random stream serves both, and the order keeps a run
+# reproducible. Keyed by boundary.
+Both = Callable[[Group, Group, dict[str, Any], dict[str, Any]], None]
+
+
+def _completed(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+    total = number(meta.get("total_duration_ms"))
+    total = total if total is not None else number(env.get("duration_ms"))
+    if total is not None:
+        overall.duration.add(total)
+        group.duration.add(total)
+
+
+def _aborted(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+    kind = meta.get("termination_kind")
+    kind = kind if isinstance(kind, str) else "?"
+    _count_capped(overall.aborted, kind)
+    _count_capped(group.aborted, kind)
+
+
+def _first_byte(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+    delta = number(meta.get("delta_ms_from_ingress"))
+    if delta is not None:
+        overall.first_byte.add(delta)
+        group.first_byte.add(delta)
+
+
+def _answered(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+    latency = number(meta.get("latency_ms"))
+    latency = latency if latency is not None else number(env.get("duration_ms"))
+    if latency is not None:
+        overall.llm_latency.add(latency)
+        group.llm_latency.add(latency)
+
+
+def _caught(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+    kind = meta.get("exception_type")
+    kind = kind if isinstance(kind, str) else "?"
+    _count_capped(overall.errors, kind)
+    _count_capped(group.errors, kind)
+
+
+_BOTH: Final[dict[str, Both]] = {
+    COMPLETE: _completed,
+    ABORTED: _aborted,
+    "backend.sse.first_byte": _first_byte,
+    "backend.llm.call.response": _answered,
+    "backend.error.caught": _caught,
+}
+
+
 def _rate(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
+
+
+#: What one ``Stats`` hands another to merge: its overall group and its slugs' groups.
+Part = tuple[Group, dict[str, Group]]
 
 
 class Stats:
@@ -192,7 +272,7 @@ class Stats:
         """``again`` reads the inputs a second time (see ``pertest``); with it, ``--by-class``
         holds a small number per test id, classified with ``first_token_timeout``."""
         self.rng = random.Random(0)  # noqa: S311 - sampling, not security
-        self.overall = Group(OVERALL_RESERVOIR, self.rng)
+        self._overall = Group(OVERALL_RESERVOIR, self.rng)
         self.slugs: dict[str, Group] = {}
         self.by_class = by_class
         self.first_token_timeout = first_token_timeout
@@ -200,21 +280,64 @@ class Stats:
         self._class_slugs: dict[str, int] = {}
         self.facts: PerTestId[int] = PerTestId(self._fold, self._restore, again=again)
 
+    @property
+    def overall(self) -> Group:
+        """The figures of every envelope: the plain counts are the slugs' counts summed."""
+        overall = self._overall
+        for name in Group._PLAIN:
+            setattr(overall, name, 0)
+        overall.outcomes.clear()
+        overall.llm_outcomes.clear()
+        for group in self.slugs.values():
+            overall.add_counts(group)
+        return overall
+
+    def _group(self, slug: str) -> tuple[str, Group]:
+        """The group of a slug seen for the first time (``(other)`` past ``MAX_SLUGS``)."""
+        if len(self.slugs) >= MAX_SLUGS:
+            slug = OTHER
+            group = self.slugs.get(OTHER)
+            if group is not None:
+                return slug, group
+        group = self.slugs[slug] = Group(SLUG_RESERVOIR, self.rng)
+        return slug, group
+
     def add(self, record: Record) -> None:
         envelope = record.envelope
-        self.overall.add(envelope)
         slug = envelope["slug"]
         group = self.slugs.get(slug)
         if group is None:
-            if len(self.slugs) >= MAX_SLUGS:
-                slug = OTHER
-                group = self.slugs.get(OTHER)
-            if group is None:
-                group = self.slugs[slug] = Group(SLUG_RESERVOIR, self.rng)
-        group.add(envelope)
+            slug, group = self._group(slug)
+        group.envelopes += 1
+        if envelope.get("_truncated") is True:
+            group.truncated += 1
+        if envelope.get("_metadata_dropped") is True:
+            group.metadata_dropped += 1
+        boundary = envelope["boundary"]
+        if boundary != "backend.sse.event":  # the most frequent boundary by far
+            group.count(envelope, boundary)
+            both = _BOTH.get(boundary)
+            if both is not None:
+                both(self._overall, group, envelope["metadata"], envelope)
         # Accounting envelopes carry a fresh test id each: they are not a test's story.
-        if self.by_class and not envelope["boundary"].startswith("cvdiag."):
+        if self.by_class and not boundary.startswith("cvdiag."):
             self.facts.add(record, slug)
+
+    def partial(self) -> Part:
+        """What ``merge`` needs of these figures (a worker's result: small, picklable)."""
+        return self._overall, self.slugs
+
+    def merge(self, part: Part) -> None:
+        """Add the figures of a later part of the input (``partial()`` of another ``Stats``
+        without ``by_class``). Counts merge exactly; so do percentiles while the values fit
+        the reservoirs, and beyond them the merged sample is a uniform sample of both."""
+        overall, slugs = part
+        self._overall.merge(overall)
+        for slug, group in slugs.items():
+            mine = self.slugs.get(slug)
+            if mine is None:
+                _, mine = self._group(slug)
+            mine.merge(group)
 
     def _fold(self, order: int, slug: str, facts: Facts) -> int:
         """A test id as one small integer: its class and its slug."""
@@ -264,88 +387,3 @@ class Stats:
 
 def _ordered(counts: Counter[str]) -> dict[str, int]:
     return {name: counts[name] for name in CLASSES if counts[name]}
-
-
-# --- text -----------------------------------------------------------------------------------
-
-
-def render(report: dict[str, Any]) -> list[str]:
-    """``cvdiag stats`` as text: the overall block, one block per slug, then the classes."""
-    lines = [
-        f"{report['envelopes']} envelopes"
-        + (
-            f", {report['malformed_lines']} malformed lines skipped"
-            if report["malformed_lines"]
-            else ""
-        )
-    ]
-    slugs = report["slugs"]
-    if len(slugs) == 1:  # the slug's block would repeat the overall one
-        blocks = [(f"overall (one slug: {next(iter(slugs))})", report["overall"])]
-    else:
-        blocks = [("overall", report["overall"])]
-        blocks += [(f"slug {slug}", group) for slug, group in slugs.items()]
-    for title, group in blocks:
-        lines += ["", title, *_render_group(group)]
-    classes = report.get("classes")
-    if classes is not None:
-        lines += ["", f"classes ({classes['test_ids']} test ids)"]
-        lines.append("  overall   " + _pairs(classes["overall"]))
-        for slug, counts in classes["slugs"].items():
-            lines.append(f"  {slug:<9} " + _pairs(counts))
-    return lines
-
-
-def _render_group(g: dict[str, Any]) -> list[str]:
-    outcomes = "  ".join(f"{k} {v}" for k, v in g["outcomes"].items())
-    aborted = g["aborted"]
-    kinds = ", ".join(
-        f"{kind} {v['count']} ({_percent(v['rate'])})" for kind, v in aborted["by_kind"].items()
-    )
-    rows = [
-        ("requests", f"{g['requests']}   {outcomes}"),
-        ("aborted", f"{_percent(aborted['rate'])}" + (f"   {kinds}" if kinds else "")),
-        ("errors", _pairs(g["errors"]) or "none"),
-        ("first byte", _percentile_text(g["time_to_first_byte_ms"])),
-        ("LLM latency", _percentile_text(g["llm_latency_ms"])),
-        ("total duration", _percentile_text(g["total_duration_ms"])),
-        (
-            "LLM calls",
-            f"{g['llm_calls']}   {_pairs(g['llm_outcomes'])}   heartbeats {g['heartbeats']}"
-            + (
-                f" ({g['heartbeats_per_call']:g} per call)"
-                if g["heartbeats_per_call"] is not None
-                else ""
-            ),
-        ),
-        (
-            "accounting",
-            f"dropped {g['dropped']}   truncated {g['truncated']}"
-            f"   metadata dropped {g['metadata_dropped']}",
-        ),
-    ]
-    return [f"  {name:<15} {value}".rstrip() for name, value in rows]
-
-
-def _pairs(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in counts.items())
-
-
-def _percent(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate * 100:.1f}%"
-
-
-def _percentile_text(p: dict[str, Any]) -> str:
-    if not p["count"]:
-        return "-"
-    approx = "" if p["exact"] else "~"
-    figures = "  ".join(f"p{q} {approx}{_ms(p[f'p{q}'])}" for q in PERCENTILES)
-    return f"{figures}   (n={p['count']})"
-
-
-def _ms(value: float) -> str:
-    if value >= 10_000:
-        return f"{value / 1000:.1f}s"
-    if value >= 100:
-        return f"{value:.0f}ms"
-    return f"{value:.1f}ms"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
-import itertools
 import textwrap
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import orjson
 
+from cvdiag.analysis import ranges
 from cvdiag.analysis.reading import (
     STDIN,
     Input,
@@ -21,12 +22,13 @@ from cvdiag.analysis.reading import (
     merged,
     records,
 )
-from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
+from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output
 from cvdiag.cli.style import Progress, class_color
 
 if TYPE_CHECKING:
     from cvdiag.analysis import classify as classifying
     from cvdiag.analysis.pertest import Again
+    from cvdiag.analysis.stats import Part
 
 # The classifier, the statistics, the timeline and the validator are imported by the commands
 # that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
@@ -246,7 +248,15 @@ def stats(args: argparse.Namespace) -> int:
             again=again(args, inputs),
         )
         # Figures do not depend on order: the inputs are read one after another, not merged.
-        report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
+        for source in inputs:
+            spans = None if args.by_class else ranges.plan(source)  # by class: one process
+            if spans is None:
+                report.feed(records(source, malformed))
+                continue
+            parts = ranges.run(_stats_range, source.name, spans, on_done=source.on_read)
+            for (start, _), (part, kept) in zip(spans, parts, strict=True):
+                report.merge(part)
+                kept.replay(malformed, start)
     args.progress.done()
     malformed.finish()
     if not report.overall.envelopes:
@@ -260,6 +270,46 @@ def stats(args: argparse.Namespace) -> int:
         out.human(statistics.render(data))
     out.flush()
     return OK
+
+
+class _Kept:
+    """A worker's malformed lines: all counted, the first few kept for ``replay``."""
+
+    def __init__(self) -> None:
+        self.problems: list[Malformed] = []
+        self.count = 0
+        self.set_aside = 0
+
+    def __call__(self, problem: Malformed) -> None:
+        if problem.set_aside:
+            self.set_aside += 1
+            return
+        self.count += 1
+        if len(self.problems) < MALFORMED_SHOWN:
+            self.problems.append(problem)
+
+    def replay(self, into: Malformations, shift: int) -> None:
+        """Hand the lines to ``into`` as one read would have (positions moved by ``shift``):
+        it shows the first few of the whole read, which are among the first few of a part."""
+        for problem in self.problems:
+            into(dataclasses.replace(problem, lineno=problem.lineno + shift))
+        into.count += self.count - len(self.problems)
+        into.set_aside += self.set_aside
+
+
+def _stats_range(name: str, start: int, end: int) -> tuple[Part, _Kept]:
+    """A worker's job: the figures of ``name``'s bytes ``[start, end)``, positions in bytes
+    from ``start``."""
+    from cvdiag.analysis import stats as statistics
+
+    source, _ = ranges.open_range(name, start, end)
+    source.numbered = False
+    kept = _Kept()
+    try:
+        report = statistics.Stats().feed(records(source, kept))
+    finally:
+        source.close()
+    return report.partial(), kept
 
 
 # --- validate -------------------------------------------------------------------------------
