@@ -155,6 +155,10 @@ def run(
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    # A forked worker flushes the stdio buffers it inherited when it exits: what the parent
+    # has written but not yet flushed would be written once more per worker.
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(
         max_workers=min(workers(), len(ranges)), mp_context=context, initializer=_quiet
@@ -162,14 +166,13 @@ def run(
     try:
         futures: list[Future[T]] = [pool.submit(job, name, s, e) for s, e in ranges]
         for future, (_, end) in zip(futures, ranges, strict=True):
-            try:
-                result = future.result()
-            except BrokenProcessPool:
-                raise InputError(
-                    f"cannot read {name}: a worker process reading it ended unexpectedly"
-                ) from None
+            result = future.result()
             if on_done is not None:
                 on_done(end)
             yield result
+    except BrokenProcessPool:  # from ``submit`` too, when a worker died early
+        raise InputError(
+            f"cannot read {name}: a worker process reading it ended unexpectedly"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
