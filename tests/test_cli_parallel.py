@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
 import random
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 from cvdiag.analysis import ranges, stats
 from cvdiag.analysis.reading import Input
-from tests.test_analysis_support import STORIES, Story
+from tests.test_analysis_support import STORIES
 
 # Lowers the thresholds (argv[1:5]), counts the ranges read (appended to argv[5]), runs the
 # command (argv[6:]). ``CRASH``/``FAIL`` in the environment break the worker of a later range.
@@ -158,7 +159,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 def test_validate_in_ranges_says_what_one_read_says(logs: list[str], tmp_path: Path) -> None:
     counts = _same(["validate", *logs], tmp_path)
-    assert len(counts) == 2 and min(counts) > 10  # both plain files, in many ranges
+    assert len(counts) == 2
+    assert min(counts) > 10
     out = _run(["validate", *logs], parallel=False, tmp=tmp_path)[1]
     # The log holds every kind of problem, and more than validate lists.
     for words in ("malformed: invalid JSON", "set aside", "bytes, skipped", "more not shown"):
@@ -184,7 +186,8 @@ def test_stats_in_ranges_says_what_one_read_says(
     logs: list[str], tmp_path: Path, form: list[str]
 ) -> None:
     counts = _same(["stats", *form, *logs], tmp_path)
-    assert len(counts) == 2 and min(counts) > 10
+    assert len(counts) == 2
+    assert min(counts) > 10
 
 
 @settings(
@@ -235,8 +238,9 @@ def test_a_worker_that_dies_or_cannot_read_gives_one_error_line(
 def test_ranges_cover_the_file_and_start_on_lines(data: list[bytes], step: int) -> None:
     blob = b"".join(data)
     spans = ranges.split(io.BytesIO(blob), len(blob), step)
-    assert spans[0][0] == 0 and spans[-1][1] == len(blob)
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert spans[0][0] == 0
+    assert spans[-1][1] == len(blob)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
     for start, end in spans:
         assert start < end or len(blob) == 0
         assert start == 0 or blob[start - 1 : start] == b"\n"
@@ -266,7 +270,8 @@ def test_samples_merged_past_the_reservoir_stay_a_sample_of_both() -> None:
     for n in range(100):
         high.add(1000.0 + n)
     low.merge(high)
-    assert low.count == 400 and len(low.values) == 100
+    assert low.count == 400
+    assert len(low.values) == 100
     assert set(low.values) <= {float(n) for n in range(300)} | {1000.0 + n for n in range(100)}
     taken = sum(v >= 1000 for v in low.values)
     assert 5 <= taken <= 50  # a quarter of the numbers: about a quarter of the sample

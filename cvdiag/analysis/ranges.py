@@ -155,8 +155,8 @@ def run(
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    # A forked worker flushes the stdio buffers it inherited when it exits: what the parent
-    # has written but not yet flushed would be written once more per worker.
+    # A forked worker holds a copy of every unflushed stdio buffer; flushed first, no child
+    # can ever write the parent's lines a second time (defensive: today's workers do not).
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     context = multiprocessing.get_context("fork")
