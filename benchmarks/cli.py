@@ -9,6 +9,10 @@ lines), then each command runs as a subprocess beside a baseline measured in the
 - validate, stats, stats --by-class and ls against a Python loop that ``json.loads`` every
   envelope line and does nothing else.
 
+``--only validate,stats`` runs only the commands named (``grep --test-id``, ``validate``,
+``stats``, ``stats --by-class``, ``ls``; the Python baseline always runs); ``--log PATH``
+measures an existing log instead of generating one; ``--compare DIR`` runs each cvdiag command
+a second time from another source tree (a checkout of the previous version), in the same rounds.
 The commands run in ``--repeat`` interleaved rounds; each figure is the median with the
 range. Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per
 command so each figure is that command's own. The log is read once before the runs, so every command
@@ -143,10 +147,14 @@ def generate(path: Path, size: int) -> str:
     return target or "req-00000100"
 
 
-def measure(*command: str) -> tuple[float, float]:
+def measure(*command: str, cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of ``command`` run in a fresh wrapper process."""
     out = subprocess.run(
-        [sys.executable, "-c", _WRAPPER, *command], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _WRAPPER, *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
     )
     elapsed, rss_kb = out.stdout.split()
     return float(elapsed), int(rss_kb) / 1024
@@ -164,15 +172,22 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write the log (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--only", default="", help="comma-separated words: commands to run")
+    parser.add_argument("--log", default=None, help="an existing log to measure")
+    parser.add_argument("--compare", default=None, help="another cvdiag source tree to run too")
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir))
+    workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir)).resolve()
     log = workdir / "mixed.log"
     try:
         started = time.perf_counter()
-        test_id = generate(log, args.size_mb * 1024 * 1024)
+        if args.log:
+            log = Path(args.log).resolve()
+            test_id = "req-00000100"
+        else:
+            test_id = generate(log, args.size_mb * 1024 * 1024)
         size_mb = log.stat().st_size / 1024 / 1024
-        print(f"generated {size_mb:.0f} MB in {time.perf_counter() - started:.1f} s; id {test_id}")
+        print(f"log {size_mb:.0f} MB ({time.perf_counter() - started:.1f} s); id {test_id}")
         cvdiag = [sys.executable, "-m", "cvdiag"]
         grep = shutil.which("grep") or "grep"
         log.read_bytes()  # page-cache the log for every command alike
@@ -201,11 +216,25 @@ def main() -> None:
                 [sys.executable, "-c", _BASELINE_STATS, str(log)],
             ),
         ]
+        words = [word for word in args.only.split(",") if word]
+        runs = [
+            (name, command)
+            for name, command in runs
+            if not words or name.startswith("baseline: python") or name[7:] in words
+        ]
+        # ``-m cvdiag`` from the other tree's directory imports its cvdiag (the working
+        # directory comes first on sys.path).
+        places: dict[str, str | None] = {name: None for name, _ in runs}
+        if args.compare:
+            for name, command in list(runs):
+                if name.startswith("cvdiag"):
+                    runs.append((f"compared: {name[7:]}", command))
+                    places[f"compared: {name[7:]}"] = str(Path(args.compare).resolve())
         # Rounds interleave the commands, so a burst of load on a shared machine falls on all.
         figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
         for _ in range(args.repeat):
             for name, command in runs:
-                figures[name].append(measure(*command))
+                figures[name].append(measure(*command, cwd=places[name]))
         print(
             f"\n{args.repeat} interleaved rounds; median (min-max)\n"
             f"{'command':<44} {'seconds':>8} {'MB/s':>18} {'peak MB':>8}"
@@ -216,6 +245,8 @@ def main() -> None:
             rates = f"{size_mb / _median(seconds):.0f} ({low:.0f}-{high:.0f})"
             peak = max(p for _, p in found)
             print(f"{name:<44} {_median(seconds):>8.2f} {rates:>18} {peak:>8.1f}")
+        if "cvdiag grep --test-id" not in figures:
+            return
         ratios = sorted(
             mine / grep_f
             for (mine, _), (grep_f, _) in zip(
@@ -227,7 +258,7 @@ def main() -> None:
             f" ({ratios[0]:.2f}-{ratios[-1]:.2f}; target <= 1.3)"
         )
     finally:
-        if args.keep:
+        if args.keep and not args.log:
             print(f"log kept at {log}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
