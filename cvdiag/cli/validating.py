@@ -50,7 +50,8 @@ class _Tally:
             self.out.human([f"{source}:{lineno}{rest}"])
 
     def on_malformed(self, problem: Malformed) -> None:
-        # Validate numbers lines, so a problem's place is ``source:line`` (``Malformed.where``).
+        # A problem's place is ``source:line`` (a worker's byte offsets become line numbers
+        # before its tally is merged).
         if problem.set_aside:
             self.set_aside += 1
             self.report(problem.source, problem.lineno, f": {problem.reason}")
@@ -102,12 +103,15 @@ def _read(source: Input, tally: _Tally) -> None:
 def _check_range(name: str, start: int, end: int) -> _Tally:
     """A worker's job: the tally of ``name``'s bytes ``[start, end)``."""
     source, newlines = ranges.open_range(name, start, end)
+    source.numbered = False  # byte offsets: only the lines kept are numbered, below
     tally = _Tally(None)
     try:
         _read(source, tally)
     finally:
         source.close()
     tally.newlines = newlines()
+    numbers = ranges.line_numbers(name, start, [offset for _, offset, _ in tally.kept])
+    tally.kept = [(s, n, rest) for (s, _, rest), n in zip(tally.kept, numbers, strict=True)]
     return tally
 
 
