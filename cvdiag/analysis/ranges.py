@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 # reads are of small files, and ``cvdiag grep`` never reads in parallel.
 
 #: Files smaller than this are read sequentially (module-level: the tests lower it).
-PARALLEL_MIN = 96 << 20
+PARALLEL_MIN = 32 << 20
 #: About this many bytes per range: more ranges than workers even out their load and let the
 #: progress line move, and each partial stays small.
-RANGE_SIZE = 24 << 20
+RANGE_SIZE = 16 << 20
 #: Bytes read at a time when looking for the newline that ends a range.
 _PROBE: Final = 1 << 16
 
