@@ -248,12 +248,17 @@ def test_ranges_cover_the_file_and_start_on_lines(data: list[bytes], step: int) 
         assert end == len(blob) or end - start >= step
 
 
-def test_gzip_stdin_and_small_files_are_read_in_one_process(
+def test_gzip_stdin_small_files_and_threaded_hosts_are_read_in_one_process(
     logs: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ranges, "PARALLEL_MIN", 0)
+    monkeypatch.setattr(ranges.threading, "active_count", lambda: 1)  # a test leaves threads
     with open(logs[0], "rb") as f:
         assert ranges.plan(Input(logs[0], f)) is not None
+    monkeypatch.setattr(ranges.threading, "active_count", lambda: 2)
+    with open(logs[0], "rb") as f:
+        assert ranges.plan(Input(logs[0], f)) is None  # forking beside a thread is unsafe
+    monkeypatch.setattr(ranges.threading, "active_count", lambda: 1)
     with open(logs[2], "rb") as f:
         assert ranges.plan(Input(logs[2], f)) is None  # gzip
     assert ranges.plan(Input("-", io.BufferedReader(io.BytesIO(b"x\n" * 10)))) is None

@@ -9,8 +9,8 @@ caller merges the partials in file order, so what it prints is what one sequenti
 Parallel reading is used only where it is safe and pays: on Linux, where ``fork`` is the
 platform's default start method (a forked worker inherits the imported modules, so it starts in
 a millisecond; elsewhere a fresh interpreter per worker would cost more than it saves), with two
-CPUs or more, for an uncompressed regular file of at least ``PARALLEL_MIN`` bytes. Gzip, stdin,
-pipes and small files are read sequentially.
+CPUs or more, in a process running no other thread, for an uncompressed regular file of at
+least ``PARALLEL_MIN`` bytes. Gzip, stdin, pipes and small files are read sequentially.
 
 Line numbers stay exact: a worker numbers its range's lines from 1 and counts the newlines it
 read; the caller shifts each range's numbers by the newlines of the ranges before it. Byte
@@ -23,6 +23,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
 
@@ -57,6 +58,8 @@ def plan(source: Input) -> list[tuple[int, int]] | None:
     """The ranges to read ``source`` in parallel, or None: read it sequentially."""
     if not sys.platform.startswith("linux") or workers() < 2 or not source.plain_file:
         return None
+    if threading.active_count() > 1:
+        return None  # forking a process that runs threads (``main`` called by a host) is unsafe
     size = source.size()
     if size is None or size < PARALLEL_MIN:
         return None
