@@ -281,3 +281,27 @@ def test_samples_merged_past_the_reservoir_stay_a_sample_of_both() -> None:
     taken = sum(v >= 1000 for v in low.values)
     assert 5 <= taken <= 50  # a quarter of the numbers: about a quarter of the sample
     assert not low.percentiles()["exact"]
+
+
+def test_two_overflowing_samples_merge_in_proportion() -> None:
+    rng = random.Random(4)
+    low, high = stats.Sample(100, rng), stats.Sample(100, rng)
+    for n in range(300):
+        low.add(float(n))
+    for n in range(900):
+        high.add(1000.0 + n)
+    low.merge(high)
+    assert low.count == 1200
+    assert len(low.values) == 100
+    assert 60 <= sum(v >= 1000 for v in low.values) <= 90  # three quarters of the numbers
+
+
+def test_samples_that_fit_merge_to_exactly_the_numbers_of_one_read() -> None:
+    rng = random.Random(4)
+    one, two, whole = (stats.Sample(100, rng) for _ in range(3))
+    for n in range(60):
+        (one if n < 25 else two).add(float(n % 7))
+        whole.add(float(n % 7))
+    one.merge(two)
+    assert one.percentiles() == whole.percentiles()
+    assert sorted(one.values) == sorted(whole.values)

@@ -56,22 +56,37 @@ class Sample:
             self.values[slot] = value
 
     def merge(self, other: Sample) -> None:
-        """Add the numbers of ``other`` (a sample of later numbers): all of them while they
-        fit, else a uniform sample of both, drawn in proportion to their counts."""
-        total = self.count + other.count
-        if total <= self.limit:
-            self.values.extend(other.values)
+        """Add the numbers of ``other`` (later numbers): all of them while they fit, else a
+        uniform sample of both. A part that holds all its numbers is fed to the other's
+        reservoir as one read would have fed them (the cost is its own size, not the
+        reservoir's); only two samples that both overflowed are drawn from in proportion."""
+        if len(other.values) == other.count:
+            self._feed(other.values)
+        elif len(self.values) == self.count and len(other.values) <= self.limit:
+            mine = self.values
+            self.values, self.count = array("d", other.values), other.count
+            self._feed(mine)
         else:
-            mine, theirs, take = self.count, other.count, 0
-            for _ in range(self.limit):  # how many of ``limit`` draws fall on this sample
-                if self.rng.randrange(mine + theirs) < mine:
-                    take, mine = take + 1, mine - 1
-                else:
-                    theirs -= 1
-            kept = self.rng.sample(list(self.values), take)
-            kept += self.rng.sample(list(other.values), self.limit - take)
-            self.values = array("d", kept)
-        self.count = total
+            self._mix(other)
+
+    def _feed(self, values: array[float]) -> None:
+        room = max(0, self.limit - len(self.values))
+        self.values.extend(values[:room])  # what ``add`` does below the limit, in one call
+        self.count += min(room, len(values))
+        for value in values[room:]:
+            self.add(value)
+
+    def _mix(self, other: Sample) -> None:
+        mine, theirs, take = self.count, other.count, 0
+        for _ in range(self.limit):  # how many of ``limit`` draws fall on this sample
+            if self.rng.randrange(mine + theirs) < mine:
+                take, mine = take + 1, mine - 1
+            else:
+                theirs -= 1
+        kept = self.rng.sample(list(self.values), take)
+        kept += self.rng.sample(list(other.values), self.limit - take)
+        self.values = array("d", kept)
+        self.count += other.count
 
     def percentiles(self) -> dict[str, Any]:
         ordered = sorted(self.values)
