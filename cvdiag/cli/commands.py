@@ -1,4 +1,4 @@
-"""The reading commands: grep, replay, classify, stats and validate."""
+"""The reading commands: grep, replay, classify and stats; validate is in ``validating``."""
 
 from __future__ import annotations
 
