@@ -27,7 +27,8 @@ from cvdiag.analysis.reading import Input
 from tests.test_analysis_support import STORIES
 
 # Lowers the thresholds (argv[1:5]), counts the ranges read (appended to argv[5]), runs the
-# command (argv[6:]). ``CRASH``/``FAIL`` in the environment break the worker of a later range.
+# command (argv[6:]). ``CRASH``/``FAIL`` in the environment break the worker of a later range;
+# ``ROTATE`` gives the log's name to a new file once it is open.
 _RUNNER = """
 import os, signal, sys
 from cvdiag.analysis import ranges, reading
@@ -36,10 +37,14 @@ ranges.PARALLEL_MIN, ranges.RANGE_SIZE = int(minimum), int(size)
 reading.MAX_LINE = int(max_line)
 run, opened = ranges.run, ranges.open_range
 
-def counted(job, name, spans, **kw):
+def counted(job, source, spans, **kw):
     with open(seen, "a") as f:
         f.write(f"{len(spans)}\\n")
-    return run(job, name, spans, **kw)
+    if os.environ.get("ROTATE"):  # the log rotated after it was opened, before it is read
+        os.rename(source.name, source.name + ".1")
+        with open(source.name, "wb") as f:
+            f.write(b"a new log\\n" * 100000)
+    return run(job, source, spans, **kw)
 
 def broken(name, start, end):
     if start and os.environ.get("CRASH"):
@@ -74,7 +79,7 @@ def _run(
 
 
 def _environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("CRASH", "FAIL")}
+    return {k: v for k, v in os.environ.items() if k not in ("CRASH", "FAIL", "ROTATE")}
 
 
 def _envelopes() -> list[str]:
@@ -227,6 +232,18 @@ def test_a_worker_that_dies_or_cannot_read_gives_one_error_line(
     assert err.splitlines() == [f"cvdiag: error: {command[0]}: cannot read {logs[0]}: {reason}"]
 
 
+@pytest.mark.parametrize("command", [["validate"], ["stats", "--json"]])
+def test_workers_read_the_file_opened_even_when_the_name_moves_on(
+    logs: list[str], tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "app.log"
+    path.write_bytes(Path(logs[0]).read_bytes())
+    one = _run([*command, str(path)], parallel=False, tmp=tmp_path)
+    many = _run([*command, str(path)], parallel=True, tmp=tmp_path, ROTATE="1")
+    assert many[:3] == one[:3]
+    assert path.read_bytes().startswith(b"a new log")  # the rotation happened
+
+
 # --- the ranges themselves -------------------------------------------------------------------
 
 
@@ -237,7 +254,7 @@ def test_a_worker_that_dies_or_cannot_read_gives_one_error_line(
 )
 def test_ranges_cover_the_file_and_start_on_lines(data: list[bytes], step: int) -> None:
     blob = b"".join(data)
-    spans = ranges.split(io.BytesIO(blob), len(blob), step)
+    spans = ranges.split(lambda at, count: blob[at : at + count], len(blob), step)
     assert spans[0][0] == 0
     assert spans[-1][1] == len(blob)
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))

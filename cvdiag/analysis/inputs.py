@@ -70,6 +70,15 @@ class Input:
         """A regular file read as it is (not gzip, not stdin): it can be read in ranges."""
         return self.stream is self._raw and self.rereadable
 
+    def descriptor(self) -> int | None:
+        """The file descriptor of a ``plain_file``, else None."""
+        if not self.plain_file:
+            return None
+        try:
+            return self._raw.fileno()
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+
     @property
     def rereadable(self) -> bool:
         """Whether opening the name again reads the same bytes: a regular file, not stdin."""

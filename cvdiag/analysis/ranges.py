@@ -54,31 +54,36 @@ def workers() -> int:
         return os.cpu_count() or 1
 
 
+#: The descriptor of each file being read in parallel, by name, set before the workers are
+#: forked: a worker reads (with ``pread``, which moves no shared offset) the very file the
+#: command opened, even when its name has since been given to another (a log rotated).
+_OPENED: dict[str, int] = {}
+
+ReadAt = Callable[[int, int], bytes]
+
+
 def plan(source: Input) -> list[tuple[int, int]] | None:
     """The ranges to read ``source`` in parallel, or None: read it sequentially."""
-    if not sys.platform.startswith("linux") or workers() < 2 or not source.plain_file:
+    if not sys.platform.startswith("linux") or workers() < 2:
         return None
     if threading.active_count() > 1:
         return None  # forking a process that runs threads (``main`` called by a host) is unsafe
-    size = source.size()
-    if size is None or size < PARALLEL_MIN:
+    size, descriptor = source.size(), source.descriptor()
+    if size is None or size < PARALLEL_MIN or descriptor is None:
         return None
     try:
-        with open(source.name, "rb", buffering=0) as file:
-            if os.fstat(file.fileno()).st_size != size:
-                return None  # the name no longer names the file opened: read what was opened
-            return split(file, size, RANGE_SIZE)
+        return split(lambda at, count: os.pread(descriptor, count, at), size, RANGE_SIZE)
     except OSError:
         return None
 
 
-def split(file: IO[bytes], size: int, step: int) -> list[tuple[int, int]]:
-    """``[(start, end), ...]`` covering ``size`` bytes of ``file``: each edge is moved forward to
-    just after the next newline, so every line lies in one range."""
+def split(read_at: ReadAt, size: int, step: int) -> list[tuple[int, int]]:
+    """``[(start, end), ...]`` covering ``size`` bytes (``read_at(offset, count)``): each edge
+    is moved forward to just after the next newline, so every line lies in one range."""
     edges = [0]
     target = step
     while target < size:
-        edge = _line_start(file, max(target, edges[-1] + 1), size)
+        edge = _line_start(read_at, max(target, edges[-1] + 1), size)
         if edge >= size:
             break
         edges.append(edge)
@@ -87,12 +92,11 @@ def split(file: IO[bytes], size: int, step: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def _line_start(file: IO[bytes], at: int, size: int) -> int:
+def _line_start(read_at: ReadAt, at: int, size: int) -> int:
     """The offset just after the first newline at ``at - 1`` or later (``size`` when none)."""
     position = at - 1
-    file.seek(position)
     while position < size:
-        data = file.read(_PROBE)
+        data = read_at(position, _PROBE)
         if not data:
             break
         found = data.find(b"\n")
@@ -102,30 +106,35 @@ def _line_start(file: IO[bytes], at: int, size: int) -> int:
     return size
 
 
+def _reader(name: str) -> tuple[ReadAt, Callable[[], None]]:
+    """``read_at`` over the file ``run`` was given (by name outside ``run``), and ``close``."""
+    descriptor = _OPENED.get(name)
+    if descriptor is not None:
+        return (lambda at, count: os.pread(descriptor, count, at)), lambda: None
+    opened = os.open(name, os.O_RDONLY)
+    return (lambda at, count: os.pread(opened, count, at)), lambda: os.close(opened)
+
+
 class _Range:
     """``read1`` over ``[start, end)`` of a file, counting the newlines it hands out."""
 
     def __init__(self, name: str, start: int, end: int) -> None:
-        self.file = open(name, "rb", buffering=0)  # noqa: SIM115 - closed by Input.close
-        self.file.seek(start)
-        self.left = end - start
+        self.read_at, self.close = _reader(name)
+        self.at, self.end = start, end
         self.newlines = 0
 
     def read1(self, size: int) -> bytes:
-        if self.left <= 0:
+        if self.at >= self.end:
             return b""
-        data = self.file.read(min(size, self.left)) or b""
+        data = self.read_at(self.at, min(size, self.end - self.at))
         if not data:
-            raise OSError(f"the file ended {self.left} bytes early (was it cut while read?)")
-        self.left -= len(data)
+            raise OSError(f"the file ended {self.end - self.at} bytes early (cut while read?)")
+        self.at += len(data)
         self.newlines += data.count(b"\n")
         return data
 
     def seekable(self) -> bool:
         return False  # read as plain text: a range may start with gzip's magic bytes
-
-    def close(self) -> None:
-        self.file.close()
 
 
 def open_range(name: str, start: int, end: int) -> tuple[Input, Callable[[], int]]:
@@ -145,17 +154,19 @@ def line_numbers(name: str, start: int, offsets: list[int]) -> list[int]:
     line, and numbers only the few lines it reports."""
     numbers: list[int] = []
     try:
-        with open(name, "rb", buffering=0) as file:
-            file.seek(start)
+        read_at, close = _reader(name)
+        try:
             at, lines = 0, 1  # ``lines``: the number of the line holding byte ``at``
             for offset in offsets:
                 while at < offset:
-                    data = file.read(min(offset - at, 1 << 20))
+                    data = read_at(start + at, min(offset - at, 1 << 20))
                     if not data:
                         raise OSError(f"the file ended before byte {start + offset}")
                     lines += data.count(b"\n")
                     at += len(data)
                 numbers.append(lines)
+        finally:
+            close()
     except OSError as exc:
         raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
     return numbers
@@ -168,12 +179,13 @@ def _quiet() -> None:
 
 def run(
     job: Callable[[str, int, int], T],
-    name: str,
+    source: Input,
     ranges: list[tuple[int, int]],
     *,
     on_done: Callable[[int], None] | None = None,
 ) -> Iterator[T]:
-    """``job(name, start, end)`` for each range, in worker processes; the results in file order.
+    """``job(source.name, start, end)`` for each range, in worker processes (which read the
+    file ``source`` opened); the results in file order.
     ``on_done(end)`` is called as each range's result arrives. A worker that dies, or a job
     that raises, ends the run with ``InputError`` or the job's own exception."""
     import multiprocessing
@@ -184,6 +196,9 @@ def run(
     # can ever write the parent's lines a second time (defensive: today's workers do not).
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    name, descriptor = source.name, source.descriptor()
+    if descriptor is not None:
+        _OPENED[name] = descriptor
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(
         max_workers=min(workers(), len(ranges)), mp_context=context, initializer=_quiet
@@ -201,3 +216,4 @@ def run(
         ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _OPENED.pop(name, None)

@@ -253,7 +253,7 @@ def stats(args: argparse.Namespace) -> int:
             if spans is None:
                 report.feed(records(source, malformed))
                 continue
-            parts = ranges.run(_stats_range, source.name, spans, on_done=source.on_read)
+            parts = ranges.run(_stats_range, source, spans, on_done=source.on_read)
             for (start, _), (part, kept) in zip(spans, parts, strict=True):
                 report.merge(part)
                 kept.replay(malformed, start)

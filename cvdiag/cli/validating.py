@@ -121,7 +121,7 @@ def _check(source: Input, tally: _Tally) -> None:
         _read(source, tally)
         return
     shift = 0
-    for part in ranges.run(_check_range, source.name, spans, on_done=source.on_read):
+    for part in ranges.run(_check_range, source, spans, on_done=source.on_read):
         tally.merge(part, shift)
         shift += part.newlines
 
