@@ -12,9 +12,11 @@ a millisecond; elsewhere a fresh interpreter per worker would cost more than it 
 CPUs or more, in a process running no other thread, for an uncompressed regular file of at
 least ``PARALLEL_MIN`` bytes. Gzip, stdin, pipes and small files are read sequentially.
 
-Line numbers stay exact: a worker numbers its range's lines from 1 and counts the newlines it
-read; the caller shifts each range's numbers by the newlines of the ranges before it. Byte
-offsets are shifted by the range's start. Memory per worker is one read block plus its partial.
+Line numbers stay exact: a worker counts its range's newlines and numbers from 1 the few
+lines it reports; the caller shifts each range's numbers by the newlines of the ranges before
+it. Byte offsets are shifted by the range's start. Workers read the file the command opened
+(its descriptor, inherited through fork), not its name again. Memory per worker is one read
+block plus its partial result.
 """
 
 from __future__ import annotations
