@@ -65,6 +65,17 @@ class Input:
             return None
         return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
 
+    def regular_file(self) -> int | None:
+        """The descriptor of a named, uncompressed regular file (read with ``pread``), else
+        None: stdin, a pipe, a device or gzip are read as a stream."""
+        if self.name == "<stdin>" or self.stream is not self._raw:
+            return None
+        try:
+            fd = self._raw.fileno()
+            return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+
     @property
     def rereadable(self) -> bool:
         """Whether opening the name again reads the same bytes: a regular file, not stdin."""

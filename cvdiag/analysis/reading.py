@@ -136,6 +136,14 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     """
     block, max_line = BLOCK, MAX_LINE  # read at call time: the tests shrink them
     numbered = source.numbered
+    fd = None if numbered or not needle or b"\n" in needle else source.regular_file()
+    if fd is not None:  # byte offsets in a plain file: threads and memmem (see ``search``)
+        from cvdiag.analysis import search
+
+        yield from search.lines_with(
+            fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
+        )
+        return
     width = len(needle)
     lineno = 1  # the number of the line that starts at ``at`` (or of the carried ``tail``)
     tail = b""  # the partial line carried from earlier blocks
@@ -197,6 +205,19 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
         at += size
     if tail and not skipping and needle in tail:  # the last line may lack its newline
         yield (lineno if numbered else tail_at), tail
+
+
+def _told(source: Input) -> Callable[[int], None] | None:
+    """``source.on_read`` fed as ``Input.read`` feeds it, for a read that bypasses it."""
+    told = source.on_read
+    if told is None:
+        return None
+
+    def seen(position: int) -> None:
+        source.position = position
+        told(position)
+
+    return seen
 
 
 SET_ASIDE: Final = "CVDIAG { after other text (not a recognised log-collector prefix): set aside"
