@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import os
 import stat
@@ -34,6 +33,8 @@ class Input:
         self.position = 0
         head = _peek(stream, 2)
         if head == b"\x1f\x8b":
+            import gzip  # here: most logs are plain, and every command pays for its imports
+
             self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
 
     def close(self) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, Final
+from typing import IO, TYPE_CHECKING, Final
 
-from cvdiag.analysis.reading import Malformed
 from cvdiag.cli.style import Style, safe, use_color
+
+if TYPE_CHECKING:
+    from cvdiag.analysis.reading import Malformed
 
 #: The documented exit codes (docs/cli.md).
 OK: Final = 0
