@@ -28,8 +28,9 @@ __all__ = ["CHUNK", "MEMMEM", "THREADS", "lines_with"]
 
 #: Bytes a worker reads and searches at a time (the tests shrink it).
 CHUNK: Final = 4 << 20
-#: At most this many threads search, and never more than there are CPUs.
-THREADS: Final = 2
+#: Threads that search: two (a third gains nothing on a memory-bound search), or one on a
+#: single CPU.
+THREADS: Final = min(2, os.cpu_count() or 1)
 #: Whether to use the C library's ``memmem`` when there is one (the tests turn it off).
 MEMMEM: Final = True
 #: Reads made to find the ends of a line that crosses a cut, and to check an overlong one.
@@ -144,7 +145,7 @@ def lines_with(
     chunk = CHUNK  # read at call time: the tests shrink it
     limits = (max_line, marker)
     ranges = [(start, min(start + chunk, size)) for start in range(0, size, chunk)]
-    threads = max(1, min(THREADS, os.cpu_count() or 1, len(ranges)))
+    threads = max(1, min(THREADS, len(ranges)))
     if threads == 1:
         buffer = bytearray(chunk + len(needle) - 1)
         find = _finder(buffer, needle)
