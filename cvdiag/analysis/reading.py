@@ -148,10 +148,11 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     if fd is not None:  # byte offsets in a plain file: threads and memmem (see ``search``)
         from cvdiag.analysis import search
 
-        yield from search.lines_with(
-            fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
-        )
-        return
+        if search.USABLE:
+            yield from search.lines_with(
+                fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
+            )
+            return
     width = len(needle)
     lineno = 1  # the number of the line that starts at ``at`` (or of the carried ``tail``)
     tail = b""  # the partial line carried from earlier blocks

@@ -3,42 +3,50 @@
 ``cvdiag grep --test-id`` spends nearly all its time looking for a rare id in a large log, so
 this is the one place the reader leaves plain Python: the file is cut into ``CHUNK``-sized byte
 ranges, with no regard for lines, and up to ``THREADS`` threads each read their own ranges with
-``os.preadv`` into their own buffer and search it with the C library's ``memmem`` (through
-``ctypes``, which lets go of the GIL for the call, as ``preadv`` does: the threads really run
-side by side). Where there is no ``memmem``, ``bytearray.find`` does the same job more slowly.
+``os.pread`` and search them with the C library's ``memmem`` (through ``ctypes``, which lets go
+of the GIL for the call, as ``pread`` does: the threads really run side by side). Where there is
+no ``memmem``, ``bytes.find`` does the same job more slowly.
 
 Not ``mmap``: a log truncated while it is mapped kills the process with SIGBUS.
 
 Each range is read with ``len(needle) - 1`` bytes of the next, so a needle across the cut is
 found, by the range it starts in. A worker cuts out the line around each hit when the whole line
-is in its buffer; a line that crosses a cut is handed back as a bare hit, and the caller, which
+is in its range; a line that crosses a cut is handed back as a bare hit, and the caller, which
 takes the ranges back in file order, finds its ends with a few reads of its own (a line is
-yielded once however many hits and ranges it spans). Memory: one buffer per thread and at most
-two finished ranges per thread waiting to be taken.
+yielded once however many hits and ranges it spans). Hits come in runs (a test's envelopes;
+every envelope, for the marker), so after a hit the next is looked for close by with
+``bytes.find``, cheaper per call than ``ctypes``, and further on with ``memmem``. Memory: the
+range each thread is searching, and at most one finished range per thread waiting to be taken.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Final
 
-__all__ = ["CHUNK", "MEMMEM", "THREADS", "lines_with"]
+__all__ = ["CHUNK", "MEMMEM", "THREADS", "USABLE", "lines_with"]
 
 #: Bytes a worker reads and searches at a time (the tests shrink it).
 CHUNK: Final = 4 << 20
-#: Threads that search: two (a third gains nothing on a memory-bound search), or one on a
+#: Threads that search: two (a third gains nothing on a search bound by memory), or one on a
 #: single CPU.
 THREADS: Final = min(2, os.cpu_count() or 1)
 #: Whether to use the C library's ``memmem`` when there is one (the tests turn it off).
 MEMMEM: Final = True
+#: Whether this platform can read a file at an offset (Windows cannot): else, no search here.
+USABLE: Final = hasattr(os, "pread")
+#: After a hit, the next is looked for this far with ``bytes.find`` before ``memmem``.
+_NEAR: Final = 1 << 14
 #: Reads made to find the ends of a line that crosses a cut, and to check an overlong one.
 _STEP: Final = 1 << 16
 
-# What a range yields: (start, end, line or None) for a whole line, (hit, -1, b"") for a bare hit.
-_Found = list[tuple[int, int, "bytes | None"]]
-_Finder = Callable[[bytearray, int, int], int]
+# What a range yields: a hit in a line that may begin before the range (or -1), the lines
+# wholly in the range as ``(offset, line or None)``, a hit in a line that goes on past it (or -1).
+_Found = tuple[int, list[tuple[int, "bytes | None"]], int]
+# ``find(data, start, stop)``: the first needle in ``data`` that starts in ``[start, stop)``.
+_Finder = Callable[[bytes, int, int], int]
 
 _memmem: Any = None  # the ctypes function, once loaded; False when there is none
 
@@ -52,80 +60,78 @@ def _load_memmem() -> Any:
             function: Any = ctypes.CDLL(None).memmem
             function.restype = ctypes.c_void_p
             function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-        except Exception:  # no ctypes, no C library, no memmem: bytearray.find will do
+        except Exception:  # no ctypes, no C library, no memmem: bytes.find will do
             function = False
         _memmem = function
     return _memmem
 
 
-def _finder(buffer: bytearray, needle: bytes) -> _Finder:
-    """``find(buffer, start, stop)``: the first needle starting in ``[start, stop)`` that fits
-    before ``stop + len(needle) - 1``, or -1."""
+def _finder(needle: bytes) -> _Finder:
     width = len(needle)
     memmem: Any = _load_memmem() if MEMMEM else False
     if not memmem:
 
-        def find(data: bytearray, start: int, stop: int) -> int:
+        def find(data: bytes, start: int, stop: int) -> int:
             return data.find(needle, start, stop + width - 1)
 
         return find
     import ctypes
 
-    base = ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
+    address = ctypes.c_void_p
 
-    def find_c(data: bytearray, start: int, stop: int) -> int:
+    def find_c(data: bytes, start: int, stop: int) -> int:
         if stop <= start:
             return -1
+        # The bytes object's own storage: immutable, and alive while ``data`` is referenced.
+        base: int = ctypes.cast(data, address).value  # type: ignore[arg-type,assignment]
         found = memmem(base + start, stop - start + width - 1, needle, width)
         return found - base if found else -1
 
     return find_c
 
 
-def _read(fd: int, buffer: bytearray, offset: int, size: int) -> int:
-    """Fill ``buffer[:size]`` from ``offset``; fewer bytes only at the end of the file."""
-    view = memoryview(buffer)
-    done = 0
-    while done < size:
-        if _preadv is not None:
-            got = _preadv(fd, [view[done:size]], offset + done)
-        else:
-            data = os.pread(fd, size - done, offset + done)
-            got = len(data)
-            view[done : done + got] = data
-        if not got:
+def _read(fd: int, offset: int, size: int) -> bytes:
+    """``size`` bytes from ``offset``; fewer only at the end of the file."""
+    data = os.pread(fd, size, offset)
+    while 0 < len(data) < size:  # a short read before the end: rare, but allowed
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
             break
-        done += got
-    return done
+        data += more
+    return data
 
 
-_preadv = getattr(os, "preadv", None)
-
-
-def _scan(
-    fd: int, needle: bytes, start: int, stop: int, buffer: bytearray, find: _Finder, limits: Any
-) -> _Found:
-    """The hits of one range ``[start, stop)``: whole lines cut out, bare hits for the rest."""
+def _scan(fd: int, needle: bytes, start: int, stop: int, find: _Finder, limits: Any) -> _Found:
+    """The hits of one range ``[start, stop)``: whole lines cut out, and at most two bare hits,
+    in lines that may cross the range's start or its end."""
     max_line, marker = limits
     width = len(needle)
-    size = _read(fd, buffer, start, stop - start + width - 1)
+    data = _read(fd, start, stop - start + width - 1)
+    size = len(data)
     cut = min(stop - start, size - width + 1)  # needles that start before here are ours
-    view = memoryview(buffer)
-    found: _Found = []
-    pos = find(buffer, 0, cut) if cut > 0 else -1
+    line_start, line_end, near_find = data.rfind, data.find, data.find
+    lines: list[tuple[int, bytes | None]] = []
+    add = lines.append
+    head = tail = -1
+    pos = find(data, 0, cut) if cut > 0 else -1
     while pos >= 0:
-        begin = buffer.rfind(b"\n", 0, pos) + 1
-        end = buffer.find(b"\n", pos + width, size)
-        if (begin == 0 and start > 0) or end < 0:  # it may cross a cut: the caller finds its ends
-            found.append((start + pos, -1, b""))
-            if end < 0:
-                break
+        begin = line_start(b"\n", 0, pos) + 1
+        end = line_end(b"\n", pos + width, size)
+        if begin == 0 and start:  # the line may begin in the range before
+            head = start + pos
+        elif end < 0:  # the line goes on into the next range
+            tail = start + pos
         elif end - begin <= max_line:
-            found.append((start + begin, start + end, bytes(view[begin:end])))
-        elif buffer.find(marker, begin, end) >= 0:
-            found.append((start + begin, start + end, None))
-        pos = find(buffer, end + 1, cut) if end + 1 < cut else -1
-    return found
+            add((start + begin, data[begin:end]))
+        elif marker in data[begin:end]:
+            add((start + begin, None))
+        if end < 0:
+            break
+        near = end + 1 + _NEAR
+        pos = near_find(needle, end + 1, (near if near < cut else cut) + width - 1)
+        if pos < 0 and near < cut:
+            pos = find(data, near, cut)
+    return head, lines, tail
 
 
 def lines_with(
@@ -147,26 +153,34 @@ def lines_with(
     ranges = [(start, min(start + chunk, size)) for start in range(0, size, chunk)]
     threads = max(1, min(THREADS, len(ranges)))
     if threads == 1:
-        buffer = bytearray(chunk + len(needle) - 1)
-        find = _finder(buffer, needle)
+        find = _finder(needle)
         results: Iterator[_Found] = (
-            _scan(fd, needle, start, stop, buffer, find, limits) for start, stop in ranges
+            _scan(fd, needle, start, stop, find, limits) for start, stop in ranges
         )
     else:
-        results = _threaded(fd, needle, ranges, threads, chunk, limits)
+        results = _threaded(fd, needle, ranges, threads, limits)
     done = 0  # lines that start before this offset were yielded (or dropped) already
-    for (_, stop), found in zip(ranges, results, strict=True):
-        for at, end, line in found:
-            if at < done:  # another hit in a line already seen
-                continue
-            if end < 0:  # a bare hit: the line around it crosses a cut
-                at, end = _ends(fd, at, len(needle), size)
-                line = _whole(fd, at, end, max_line, marker)
-            done = end + 1
-            if line != b"":
-                yield at, line
+    for (_, stop), (head, lines, tail) in zip(ranges, results, strict=True):
+        if head >= done:
+            done = yield from _bare(fd, head, len(needle), size, limits)
+        yield from lines  # lines wholly in one range: never seen before
+        if tail >= done:
+            done = yield from _bare(fd, tail, len(needle), size, limits)
         if on_read is not None:
             on_read(stop)
+
+
+def _bare(
+    fd: int, hit: int, width: int, size: int, limits: Any
+) -> Generator[tuple[int, bytes | None], None, int]:
+    """The line around a hit whose line crosses a cut, if it is to be yielded; returns the
+    offset past its end."""
+    max_line, marker = limits
+    begin, end = _ends(fd, hit, width, size)
+    line = _whole(fd, begin, end, max_line, marker)
+    if line != b"":
+        yield begin, line
+    return end + 1
 
 
 def _ends(fd: int, hit: int, width: int, size: int) -> tuple[int, int]:
@@ -208,7 +222,6 @@ def _threaded(
     needle: bytes,
     ranges: list[tuple[int, int]],
     threads: int,
-    chunk: int,
     limits: Any,
 ) -> Iterator[_Found]:
     """The results of ``_scan`` over ``ranges``, in order: thread ``i`` takes every ``i``-th
@@ -223,13 +236,12 @@ def _threaded(
     ]
 
     def work(index: int) -> None:
-        buffer = bytearray(chunk + len(needle) - 1)
-        find = _finder(buffer, needle)
+        find = _finder(needle)
         for start, end in ranges[index::threads]:
             if stop.is_set():
                 return
             try:
-                result: _Found | BaseException = _scan(fd, needle, start, end, buffer, find, limits)
+                result: _Found | BaseException = _scan(fd, needle, start, end, find, limits)
             except BaseException as exc:  # handed to the caller, who raises it
                 result = exc
             queues[index].put(result)
