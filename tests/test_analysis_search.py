@@ -110,7 +110,7 @@ def test_candidate_lines_take_the_same_lines_by_either_road(
         patch.setattr(search, "CHUNK", chunk)
         patch.setattr(search, "THREADS", 2)
         patch.setattr(reading, "BLOCK", block)
-        for needle in (MARKER, b"id-1"):
+        for needle in (b"id-1", b"x"):
             with Inputs([str(path)]) as (plain,):
                 plain.numbered = False
                 assert plain.regular_file() is not None

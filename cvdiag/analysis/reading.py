@@ -144,8 +144,13 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     """
     block, max_line = BLOCK, MAX_LINE  # read at call time: the tests shrink them
     numbered = source.numbered
-    fd = None if numbered or not needle or b"\n" in needle else source.regular_file()
-    if fd is not None:  # byte offsets in a plain file: threads and memmem (see ``search``)
+    # A test id in a plain file read with byte offsets: threads and memmem (see ``search``).
+    # Not the marker: it is on every envelope line, so the time goes to the work per line,
+    # which this loop does with less overhead than the search's threads (measured: a third
+    # less on a 301 MB log).
+    rare = needle and needle != MARKER and b"\n" not in needle
+    fd = source.regular_file() if rare and not numbered else None
+    if fd is not None:
         from cvdiag.analysis import search
 
         if search.USABLE:

@@ -3,9 +3,9 @@
 ``cvdiag grep --test-id`` spends nearly all its time looking for a rare id in a large log, so
 this is the one place the reader leaves plain Python: the file is cut into ``CHUNK``-sized byte
 ranges, with no regard for lines, and up to ``THREADS`` threads each read their own ranges with
-``os.pread`` and search them with the C library's ``memmem`` (through ``ctypes``, which lets go
-of the GIL for the call, as ``pread`` does: the threads really run side by side). Where there is
-no ``memmem``, ``bytes.find`` does the same job more slowly.
+``os.preadv`` into a buffer of their own and search it with the C library's ``memmem`` (through
+``ctypes``, which lets go of the GIL for the call, as ``preadv`` does: the threads really run
+side by side). Where there is no ``memmem``, ``bytearray.find`` does the same job more slowly.
 
 Not ``mmap``: a log truncated while it is mapped kills the process with SIGBUS.
 
@@ -15,8 +15,8 @@ is in its range; a line that crosses a cut is handed back as a bare hit, and the
 takes the ranges back in file order, finds its ends with a few reads of its own (a line is
 yielded once however many hits and ranges it spans). Hits come in runs (a test's envelopes;
 every envelope, for the marker), so after a hit the next is looked for close by with
-``bytes.find``, cheaper per call than ``ctypes``, and further on with ``memmem``. Memory: the
-range each thread is searching, and at most one finished range per thread waiting to be taken.
+``bytearray.find``, cheaper per call than ``ctypes``, and further on with ``memmem``. Memory:
+one buffer per thread, and at most one finished range per thread waiting to be taken.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ THREADS: Final = min(2, os.cpu_count() or 1)
 MEMMEM: Final = True
 #: Whether this platform can read a file at an offset (Windows cannot): else, no search here.
 USABLE: Final = hasattr(os, "pread")
-#: After a hit, the next is looked for this far with ``bytes.find`` before ``memmem``.
+#: After a hit, the next is looked for this far with ``bytearray.find`` before ``memmem``.
 _NEAR: Final = 1 << 14
 #: Reads made to find the ends of a line that crosses a cut, and to check an overlong one.
 _STEP: Final = 1 << 16
@@ -45,8 +45,8 @@ _STEP: Final = 1 << 16
 # What a range yields: a hit in a line that may begin before the range (or -1), the lines
 # wholly in the range as ``(offset, line or None)``, a hit in a line that goes on past it (or -1).
 _Found = tuple[int, list[tuple[int, "bytes | None"]], int]
-# ``find(data, start, stop)``: the first needle in ``data`` that starts in ``[start, stop)``.
-_Finder = Callable[[bytes, int, int], int]
+# ``find(buffer, start, stop)``: the first needle in ``buffer`` that starts in ``[start, stop)``.
+_Finder = Callable[[bytearray, int, int], int]
 
 _memmem: Any = None  # the ctypes function, once loaded; False when there is none
 
@@ -60,60 +60,71 @@ def _load_memmem() -> Any:
             function: Any = ctypes.CDLL(None).memmem
             function.restype = ctypes.c_void_p
             function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-        except Exception:  # no ctypes, no C library, no memmem: bytes.find will do
+        except Exception:  # no ctypes, no C library, no memmem: bytearray.find will do
             function = False
         _memmem = function
     return _memmem
 
 
-def _finder(needle: bytes) -> _Finder:
+def _finder(buffer: bytearray, needle: bytes) -> _Finder:
     width = len(needle)
     memmem: Any = _load_memmem() if MEMMEM else False
     if not memmem:
 
-        def find(data: bytes, start: int, stop: int) -> int:
+        def find(data: bytearray, start: int, stop: int) -> int:
             return data.find(needle, start, stop + width - 1)
 
         return find
     import ctypes
 
-    address = ctypes.c_void_p
+    base = ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
 
-    def find_c(data: bytes, start: int, stop: int) -> int:
+    def find_c(data: bytearray, start: int, stop: int) -> int:
         if stop <= start:
             return -1
-        # The bytes object's own storage: immutable, and alive while ``data`` is referenced.
-        base: int = ctypes.cast(data, address).value  # type: ignore[arg-type,assignment]
         found = memmem(base + start, stop - start + width - 1, needle, width)
         return found - base if found else -1
 
     return find_c
 
 
-def _read(fd: int, offset: int, size: int) -> bytes:
-    """``size`` bytes from ``offset``; fewer only at the end of the file."""
-    data = os.pread(fd, size, offset)
-    while 0 < len(data) < size:  # a short read before the end: rare, but allowed
-        more = os.pread(fd, size - len(data), offset + len(data))
-        if not more:
+def _read(fd: int, buffer: bytearray, offset: int, size: int) -> int:
+    """Fill ``buffer[:size]`` from ``offset``; fewer bytes only at the end of the file. The
+    buffer is the thread's own, reused: a fresh ``bytes`` per range costs page faults, which
+    the threads would take one at a time."""
+    view = memoryview(buffer)
+    done = 0
+    while done < size:
+        if _preadv is not None:
+            got = _preadv(fd, [view[done:size]], offset + done)
+        else:
+            data = os.pread(fd, size - done, offset + done)
+            got = len(data)
+            view[done : done + got] = data
+        if not got:
             break
-        data += more
-    return data
+        done += got
+    return done
 
 
-def _scan(fd: int, needle: bytes, start: int, stop: int, find: _Finder, limits: Any) -> _Found:
+_preadv = getattr(os, "preadv", None)
+
+
+def _scan(
+    fd: int, needle: bytes, start: int, stop: int, buffer: bytearray, find: _Finder, limits: Any
+) -> _Found:
     """The hits of one range ``[start, stop)``: whole lines cut out, and at most two bare hits,
     in lines that may cross the range's start or its end."""
     max_line, marker = limits
     width = len(needle)
-    data = _read(fd, start, stop - start + width - 1)
-    size = len(data)
+    size = _read(fd, buffer, start, stop - start + width - 1)
     cut = min(stop - start, size - width + 1)  # needles that start before here are ours
-    line_start, line_end, near_find = data.rfind, data.find, data.find
+    view = memoryview(buffer)
+    line_start, line_end, near_find = buffer.rfind, buffer.find, buffer.find
     lines: list[tuple[int, bytes | None]] = []
-    add = lines.append
+    add, nearby, copy = lines.append, _NEAR, bytes
     head = tail = -1
-    pos = find(data, 0, cut) if cut > 0 else -1
+    pos = find(buffer, 0, cut) if cut > 0 else -1
     while pos >= 0:
         begin = line_start(b"\n", 0, pos) + 1
         end = line_end(b"\n", pos + width, size)
@@ -122,15 +133,15 @@ def _scan(fd: int, needle: bytes, start: int, stop: int, find: _Finder, limits: 
         elif end < 0:  # the line goes on into the next range
             tail = start + pos
         elif end - begin <= max_line:
-            add((start + begin, data[begin:end]))
-        elif marker in data[begin:end]:
+            add((start + begin, copy(view[begin:end])))
+        elif buffer.find(marker, begin, end) >= 0:
             add((start + begin, None))
         if end < 0:
             break
-        near = end + 1 + _NEAR
+        near = end + 1 + nearby
         pos = near_find(needle, end + 1, (near if near < cut else cut) + width - 1)
         if pos < 0 and near < cut:
-            pos = find(data, near, cut)
+            pos = find(buffer, near, cut)
     return head, lines, tail
 
 
@@ -153,12 +164,13 @@ def lines_with(
     ranges = [(start, min(start + chunk, size)) for start in range(0, size, chunk)]
     threads = max(1, min(THREADS, len(ranges)))
     if threads == 1:
-        find = _finder(needle)
+        buffer = bytearray(chunk + len(needle) - 1)
+        find = _finder(buffer, needle)
         results: Iterator[_Found] = (
-            _scan(fd, needle, start, stop, find, limits) for start, stop in ranges
+            _scan(fd, needle, start, stop, buffer, find, limits) for start, stop in ranges
         )
     else:
-        results = _threaded(fd, needle, ranges, threads, limits)
+        results = _threaded(fd, needle, ranges, threads, chunk, limits)
     done = 0  # lines that start before this offset were yielded (or dropped) already
     for (_, stop), (head, lines, tail) in zip(ranges, results, strict=True):
         if head >= done:
@@ -222,6 +234,7 @@ def _threaded(
     needle: bytes,
     ranges: list[tuple[int, int]],
     threads: int,
+    chunk: int,
     limits: Any,
 ) -> Iterator[_Found]:
     """The results of ``_scan`` over ``ranges``, in order: thread ``i`` takes every ``i``-th
@@ -236,12 +249,13 @@ def _threaded(
     ]
 
     def work(index: int) -> None:
-        find = _finder(needle)
+        buffer = bytearray(chunk + len(needle) - 1)
+        find = _finder(buffer, needle)
         for start, end in ranges[index::threads]:
             if stop.is_set():
                 return
             try:
-                result: _Found | BaseException = _scan(fd, needle, start, end, find, limits)
+                result: _Found | BaseException = _scan(fd, needle, start, end, buffer, find, limits)
             except BaseException as exc:  # handed to the caller, who raises it
                 result = exc
             queues[index].put(result)
