@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -89,7 +88,10 @@ __all__ = [
     "scrub",
 ]
 
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
+    from typing import Any
+
     from cvdiag.context import RequestContext, current_context
     from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
     from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx

@@ -29,16 +29,16 @@ def _loaded(*argv: str) -> set[str]:
 
 def test_version_imports_no_parser_no_reader_no_scrubber() -> None:
     loaded = _loaded("--version")
-    assert not loaded & {"argparse", "cvdiag.cli.arguments", "cvdiag.scrub", "orjson"}
+    assert not loaded & {"argparse", "cvdiag.cli.arguments", "cvdiag.scrub", "orjson", "typing"}
     assert "cvdiag.analysis.reading" not in loaded
 
 
 def test_grep_imports_neither_the_scrubber_nor_the_schema(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
-    log.write_bytes(b"nothing here\n")
+    log.write_bytes(b"nothing here\nCVDIAG {} t-1\n")
     loaded = _loaded("grep", "--test-id", "t-1", str(log))
     assert "cvdiag.analysis.search" in loaded  # the plain file went the fast way
-    assert not loaded & {"cvdiag.scrub", "cvdiag.scrub_rules", "cvdiag.schema", "gzip"}
+    assert not loaded & {"cvdiag.scrub", "cvdiag.scrub_rules", "cvdiag.schema", "gzip", "typing"}
 
 
 @pytest.mark.parametrize("first", ["import cvdiag.emitter", "import cvdiag.scrub", "pass"])

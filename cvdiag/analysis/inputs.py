@@ -10,7 +10,10 @@ import sys
 import zlib
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import IO, Final
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import IO, Final
 
 STDIN: Final = "-"
 

@@ -21,13 +21,16 @@ import functools
 import heapq
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
 
 import orjson
 
 # Re-exported: inputs and times were part of this module, and callers import them from here.
 from cvdiag.analysis.inputs import STDIN, Input, InputError, Inputs
 from cvdiag.analysis.times import CANONICAL_TS, format_key, key_millis, parse_time, ts_key
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = [
     "BLOCK",

@@ -24,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator
-from typing import Any, Final
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["CHUNK", "MEMMEM", "THREADS", "USABLE", "lines_with"]
 

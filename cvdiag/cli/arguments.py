@@ -16,7 +16,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from cvdiag import __version__
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
@@ -25,7 +24,10 @@ from cvdiag.analysis.times import parse_time
 from cvdiag.cli.output import UsageError
 from cvdiag.cli.style import COLORS
 
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
+    from typing import Any, Final, NoReturn
+
     from cvdiag.schema import Tier
 
 # The schema (and the JSON of schema.json) is imported by the options that check against it:
