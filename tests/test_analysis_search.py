@@ -232,3 +232,18 @@ def test_cvdiag_grep_over_many_chunks_prints_what_the_block_path_prints(tmp_path
     assert (fast.returncode, fast.stderr) == (0, "")
     assert fast.stdout == slow.stdout
     assert fast.stdout.count("CVDIAG ") == 10
+
+
+def test_progress_is_reported_as_the_ranges_are_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "CHUNK", 100)
+    path = tmp_path / "log"
+    path.write_bytes(b"id-1 line\n" * 95)
+    seen: list[tuple[int, int | None]] = []
+    inputs = Inputs([str(path)])
+    inputs.watch(lambda done, total: seen.append((done, total)))
+    with inputs as (plain,):
+        plain.numbered = False
+        assert len(list(reading.candidate_lines(plain, b"id-1"))) == 95
+    assert seen == [(n, 950) for n in range(100, 950, 100)] + [(950, 950)]
