@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag.analysis import reading, search
-from cvdiag.analysis.inputs import Inputs
+from cvdiag.analysis.inputs import InputError, Inputs
 from cvdiag.envelope import NULL_EDGE_HEADERS
 from tests.support.cli import cvdiag
 
@@ -247,3 +247,19 @@ def test_progress_is_reported_as_the_ranges_are_taken(
         plain.numbered = False
         assert len(list(reading.candidate_lines(plain, b"id-1"))) == 95
     assert seen == [(n, 950) for n in range(100, 950, 100)] + [(950, 950)]
+
+
+def test_a_failed_read_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like the block path's: one line from the command, not an internal error."""
+
+    def failing(*args: object) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(search, "CHUNK", 64)
+    monkeypatch.setattr(search, "_read", failing)
+    path = tmp_path / "log"
+    path.write_bytes(b"id-1 line\n" * 100)
+    with Inputs([str(path)]) as (plain,):
+        plain.numbered = False
+        with pytest.raises(InputError, match=r"cannot read .*log: input/output error"):
+            list(reading.candidate_lines(plain, b"id-1"))

@@ -53,7 +53,7 @@ class Input:
             read1 = getattr(self.stream, "read1", None)
             data: bytes = read1(size) if read1 is not None else self.stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"cannot read {self.name}: {_reason(exc)}") from None
+            raise self.failed(exc) from None
         if self.on_read is not None:
             self.position = (
                 self._raw.tell() if self.stream is not self._raw else (self.position + len(data))
@@ -68,6 +68,10 @@ class Input:
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             return None
         return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
+
+    def failed(self, exc: BaseException) -> InputError:
+        """The error to raise for a failed read of this input."""
+        return InputError(f"cannot read {self.name}: {_reason(exc)}")
 
     def regular_file(self) -> int | None:
         """The descriptor of a named, uncompressed regular file (read with ``pread``), else

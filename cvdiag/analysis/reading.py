@@ -157,9 +157,12 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
         from cvdiag.analysis import search
 
         if search.USABLE:
-            yield from search.lines_with(
-                fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
-            )
+            try:
+                yield from search.lines_with(
+                    fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
+                )
+            except OSError as exc:  # as ``Input.read`` words it
+                raise source.failed(exc) from None
             return
     width = len(needle)
     lineno = 1  # the number of the line that starts at ``at`` (or of the carried ``tail``)
