@@ -9,10 +9,12 @@ lines), then each command runs as a subprocess beside a baseline measured in the
 - validate, stats, stats --by-class and ls against a Python loop that ``json.loads`` every
   envelope line and does nothing else.
 
-``--only validate,stats`` runs only the commands named (``grep --test-id``, ``validate``,
-``stats``, ``stats --by-class``, ``ls``; the Python baseline always runs); ``--log PATH``
-measures an existing log instead of generating one; ``--compare DIR`` runs each cvdiag command
-a second time from another source tree (a checkout of the previous version), in the same rounds.
+``--only grep,validate`` runs only the commands named (``grep``, ``validate``, ``stats``,
+``by-class``, ``ls``) with the baselines they are read against; ``--log FILE --test-id ID``
+measures a log kept earlier with ``--keep`` instead of generating one; ``--compare DIR`` runs
+each cvdiag command a second time from another source tree (a checkout of the previous
+version), in the same rounds. cvdiag's bytecode is compiled first, as an installed package's
+is (with ``PYTHONDONTWRITEBYTECODE`` set, every run would compile the CLI's modules again).
 The commands run in ``--repeat`` interleaved rounds; each figure is the median with the
 range. Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per
 command so each figure is that command's own. The log is read once before the runs, so every command
@@ -23,6 +25,7 @@ peak memory < 100 MB whatever the size.
 from __future__ import annotations
 
 import argparse
+import compileall
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import orjson
 
+import cvdiag as package
 from cvdiag.envelope import NULL_EDGE_HEADERS
 
 _WRAPPER = """
@@ -172,30 +176,36 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write the log (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
-    parser.add_argument("--only", default="", help="comma-separated words: commands to run")
-    parser.add_argument("--log", default=None, help="an existing log to measure")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: grep, validate, stats, by-class, ls"
+    )
+    parser.add_argument("--log", type=Path, help="a log generated before (with --keep)")
+    parser.add_argument("--test-id", help="the test id --keep printed for that log")
     parser.add_argument("--compare", default=None, help="another cvdiag source tree to run too")
     args = parser.parse_args()
+    if (args.log is None) != (args.test_id is None):
+        parser.error("--log and --test-id go together")
 
     workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir)).resolve()
-    log = workdir / "mixed.log"
+    log = args.log.resolve() if args.log else workdir / "mixed.log"
     try:
+        compileall.compile_dir(Path(package.__file__).parent, quiet=1)
         started = time.perf_counter()
-        if args.log:
-            log = Path(args.log).resolve()
-            test_id = "req-00000100"
-        else:
-            test_id = generate(log, args.size_mb * 1024 * 1024)
+        test_id = args.test_id or generate(log, args.size_mb * 1024 * 1024)
         size_mb = log.stat().st_size / 1024 / 1024
-        print(f"log {size_mb:.0f} MB ({time.perf_counter() - started:.1f} s); id {test_id}")
+        made = "" if args.log else f"generated in {time.perf_counter() - started:.1f} s; "
+        print(f"{log}: {size_mb:.0f} MB; {made}test id {test_id}")
         cvdiag = [sys.executable, "-m", "cvdiag"]
         grep = shutil.which("grep") or "grep"
         log.read_bytes()  # page-cache the log for every command alike
-        runs: list[tuple[str, list[str]]] = [
-            ("cvdiag grep --test-id", [*cvdiag, "grep", "--test-id", test_id, str(log)]),
-            ("baseline: grep -F", [grep, "-F", test_id, str(log)]),
+        # (name, the --only words that select it, command): a baseline runs with its commands.
+        every = ("validate", "stats", "by-class", "ls")
+        rows: list[tuple[str, tuple[str, ...], list[str]]] = [
+            ("cvdiag grep --test-id", ("grep",), [*cvdiag, "grep", "--test-id", test_id, str(log)]),
+            ("baseline: grep -F", ("grep",), [grep, "-F", test_id, str(log)]),
             (
                 "baseline: grep -F | python json.loads",
+                ("grep",),
                 [
                     "bash",
                     "-c",
@@ -207,21 +217,18 @@ def main() -> None:
                     _BASELINE_GREP,
                 ],
             ),
-            ("cvdiag validate", [*cvdiag, "validate", str(log)]),
-            ("cvdiag stats", [*cvdiag, "stats", "--json", str(log)]),
-            ("cvdiag stats --by-class", [*cvdiag, "stats", "--by-class", str(log)]),
-            ("cvdiag ls", [*cvdiag, "ls", "--json", str(log)]),
+            ("cvdiag validate", ("validate",), [*cvdiag, "validate", str(log)]),
+            ("cvdiag stats", ("stats",), [*cvdiag, "stats", "--json", str(log)]),
+            ("cvdiag stats --by-class", ("by-class",), [*cvdiag, "stats", "--by-class", str(log)]),
+            ("cvdiag ls", ("ls",), [*cvdiag, "ls", "--json", str(log)]),
             (
                 "baseline: python json.loads every envelope",
+                every,
                 [sys.executable, "-c", _BASELINE_STATS, str(log)],
             ),
         ]
-        words = [word for word in args.only.split(",") if word]
-        runs = [
-            (name, command)
-            for name, command in runs
-            if not words or name.startswith("baseline: python") or name[7:] in words
-        ]
+        words = {word.strip() for word in args.only.split(",") if word.strip()}
+        runs = [(name, command) for name, tags, command in rows if not words or words & set(tags)]
         # ``-m cvdiag`` from the other tree's directory imports its cvdiag (the working
         # directory comes first on sys.path).
         places: dict[str, str | None] = {name: None for name, _ in runs}
@@ -258,7 +265,7 @@ def main() -> None:
             f" ({ratios[0]:.2f}-{ratios[-1]:.2f}; target <= 1.3)"
         )
     finally:
-        if args.keep and not args.log:
+        if args.keep or args.log:
             print(f"log kept at {log}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)

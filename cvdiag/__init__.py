@@ -7,13 +7,28 @@ importing the middleware, the scopes or the httpx transports it never needs.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-# Eager on purpose: importing the ``cvdiag.scrub`` submodule binds the package attribute
-# ``scrub`` to the module, so the function must be bound here first.
-from cvdiag.scrub import scrub
+import sys
+import types
 
 __version__ = "0.1.0"
+
+
+class _Package(types.ModuleType):
+    """The package, whose ``scrub`` is the function even though a submodule has that name.
+
+    Importing the submodule ``cvdiag.scrub`` (which the emitter does) makes the import system
+    set the package attribute ``scrub`` to the module; this keeps the function there instead.
+    The function used to be imported eagerly for that reason, which cost every ``cvdiag``
+    command the scrubber's rules (a third of ``cvdiag --version``).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "scrub" and isinstance(value, types.ModuleType):
+            value = value.scrub
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 _LAZY: dict[str, str] = {
     "AgentScope": "cvdiag.scopes",
@@ -41,6 +56,7 @@ _LAZY: dict[str, str] = {
     "get_emitter": "cvdiag.emitter",
     "instrument_httpx": "cvdiag.httpx",
     "llm_call": "cvdiag.scopes",
+    "scrub": "cvdiag.scrub",
 }
 
 __all__ = [
@@ -72,7 +88,10 @@ __all__ = [
     "scrub",
 ]
 
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
+    from typing import Any
+
     from cvdiag.context import RequestContext, current_context
     from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
     from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
@@ -80,6 +99,7 @@ if TYPE_CHECKING:
     from cvdiag.middleware import CvdiagMiddleware
     from cvdiag.schema import Tier
     from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call
+    from cvdiag.scrub import scrub
     from cvdiag.settings import Settings
     from cvdiag.sinks import CallableSink, FileSink, LoggingSink, MemorySink, Sink, StdoutSink
 

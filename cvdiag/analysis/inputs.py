@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import os
 import stat
@@ -11,7 +10,10 @@ import sys
 import zlib
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import IO, Final
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import IO, Final
 
 STDIN: Final = "-"
 
@@ -34,6 +36,8 @@ class Input:
         self.position = 0
         head = _peek(stream, 2)
         if head == b"\x1f\x8b":
+            import gzip  # here: most logs are plain, and every command pays for its imports
+
             self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
 
     def close(self) -> None:
@@ -49,7 +53,7 @@ class Input:
             read1 = getattr(self.stream, "read1", None)
             data: bytes = read1(size) if read1 is not None else self.stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"cannot read {self.name}: {_reason(exc)}") from None
+            raise self.failed(exc) from None
         if self.on_read is not None:
             self.position = (
                 self._raw.tell() if self.stream is not self._raw else (self.position + len(data))
@@ -64,6 +68,21 @@ class Input:
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             return None
         return info.st_size if info.st_size > 0 and not _is_fifo(info.st_mode) else None
+
+    def failed(self, exc: BaseException) -> InputError:
+        """The error to raise for a failed read of this input."""
+        return InputError(f"cannot read {self.name}: {_reason(exc)}")
+
+    def regular_file(self) -> int | None:
+        """The descriptor of a named, uncompressed regular file (read with ``pread``), else
+        None: stdin, a pipe, a device or gzip are read as a stream."""
+        if self.name == "<stdin>" or self.stream is not self._raw:
+            return None
+        try:
+            fd = self._raw.fileno()
+            return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
 
     @property
     def plain_file(self) -> bool:

@@ -15,17 +15,25 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Final, NoReturn
+from functools import cache
 
 from cvdiag import __version__
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.analysis.reading import STDIN, parse_time
+from cvdiag.analysis.inputs import STDIN
+from cvdiag.analysis.times import parse_time
 from cvdiag.cli.output import UsageError
 from cvdiag.cli.style import COLORS
-from cvdiag.schema import OUTCOMES, Tier, packaged_schema
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import Any, Final, NoReturn
+
+    from cvdiag.schema import Tier
+
+# The schema (and the JSON of schema.json) is imported by the options that check against it:
+# ``cvdiag grep --test-id`` and ``cvdiag --version`` start without it.
 
 _TEST_ID: Final = re.compile(r"[a-z0-9._-]{1,128}")
-BOUNDARIES: Final[tuple[str, ...]] = tuple(packaged_schema()["properties"]["boundary"]["enum"])
 EXIT_CODES: Final = (
     "exit codes: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable"
     " input, 3 internal error"
@@ -58,7 +66,23 @@ def slug(value: str) -> str:
     return value.strip().lower()
 
 
+@cache
+def boundaries() -> tuple[str, ...]:
+    """Every boundary name the packaged schema allows."""
+    from cvdiag.schema import packaged_schema
+
+    return tuple(packaged_schema()["properties"]["boundary"]["enum"])
+
+
+def __getattr__(name: str) -> Any:  # ``BOUNDARIES`` was a constant, read when imported
+    if name == "BOUNDARIES":
+        return boundaries()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def outcome(value: str) -> str:
+    from cvdiag.schema import OUTCOMES
+
     text = value.strip().lower()
     if text not in OUTCOMES:
         raise argparse.ArgumentTypeError(
@@ -77,6 +101,8 @@ def flap_class(value: str) -> str:
 
 
 def tier(value: str) -> Tier:
+    from cvdiag.schema import Tier
+
     try:
         return Tier[value.strip().upper()]
     except KeyError:
@@ -117,7 +143,7 @@ def count(value: str) -> int:
 def boundary(value: str) -> str:
     """A boundary name, or a glob (``backend.llm.*``) that names at least one."""
     text = value.strip().lower()
-    if not any(fnmatch.fnmatchcase(name, text) for name in BOUNDARIES):
+    if not any(fnmatch.fnmatchcase(name, text) for name in boundaries()):
         raise argparse.ArgumentTypeError(
             f"{value!r} names no boundary (e.g. backend.request.ingress, backend.llm.*)"
         )

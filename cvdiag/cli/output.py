@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, Final
 
-from cvdiag.analysis.reading import Malformed
 from cvdiag.cli.style import Style, safe, use_color
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import IO, Final
+
+    from cvdiag.analysis.reading import Malformed
 
 #: The documented exit codes (docs/cli.md).
 OK: Final = 0

@@ -16,7 +16,10 @@ import os
 import re
 import sys
 import time
-from typing import IO, Final
+
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from typing import IO, Final
 
 #: C0 and C1 controls, DEL, and the Unicode format characters that reorder or hide text.
 _UNSAFE: Final = re.compile(
