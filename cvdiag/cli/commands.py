@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from cvdiag.analysis import ranges
 from cvdiag.analysis.reading import (
     STDIN,
     Input,
@@ -238,6 +237,7 @@ def _fact(value: object) -> str:
 
 
 def stats(args: argparse.Namespace) -> int:
+    from cvdiag.analysis import ranges
     from cvdiag.analysis import stats as statistics
 
     malformed = Malformations("stats")
@@ -300,6 +300,7 @@ class _Kept:
 def _stats_range(name: str, start: int, end: int) -> tuple[Part, _Kept]:
     """A worker's job: the figures of ``name``'s bytes ``[start, end)``, positions in bytes
     from ``start``."""
+    from cvdiag.analysis import ranges
     from cvdiag.analysis import stats as statistics
 
     source, _ = ranges.open_range(name, start, end)
