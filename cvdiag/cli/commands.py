@@ -22,7 +22,7 @@ from cvdiag.analysis.reading import (
     parsed_lines,
     records,
 )
-from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
+from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import Progress, class_color
 
 if TYPE_CHECKING:
@@ -248,6 +248,7 @@ def stats(args: argparse.Namespace) -> int:
             by_class=args.by_class,
             first_token_timeout=args.first_token_timeout,
             again=again(args, inputs),
+            warn=lambda message: say(f"warning: stats: {message}"),
         )
         # Figures do not depend on order: the inputs are read one after another, not merged.
         report.feed(itertools.chain.from_iterable(records(i, malformed) for i in inputs))
