@@ -268,16 +268,19 @@ def _seen(
     active=st.integers(1, 6),
     spill_at=st.integers(1, 8),
     at_once=st.integers(1, 5),
+    filter_bits=st.sampled_from([8, 64, folded.FILTER_BITS]),
 )
 def test_any_interleaving_spilled_or_not_gives_the_same(
-    ids: list[int], active: int, spill_at: int, at_once: int
+    ids: list[int], active: int, spill_at: int, at_once: int, filter_bits: int
 ) -> None:
+    """8 filter bits: nearly every new test id is looked up in the file (false positives)."""
     envelopes = _lines(ids)
     want_items, want_counts, count, _ = _seen(envelopes, active=None, again=False)
     assert count == len(set(ids))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(folded, "SPILL_AT", spill_at)
         patch.setattr(pertest, "AGAIN_AT_ONCE", at_once)
+        patch.setattr(folded, "FILTER_BITS", filter_bits)
         items, counts, count, most = _seen(envelopes, active=active, again=True)
     assert items == want_items
     assert counts == want_counts
