@@ -4,7 +4,8 @@ A folded value is small (an ``ls`` row, a class index), but with its test id and
 it still costs 120–220 bytes, so a log of a million test ids would hold 200 MB. Past
 ``SPILL_AT`` values in memory they go, in one sorted batch, to a temporary SQLite file; memory
 holds at most ``SPILL_AT`` of them again, and what is read back is streamed: rows in their sort
-order (``sorted_items``), counts aggregated by SQLite (``counts``).
+order (``sorted_items``), counts aggregated by SQLite (``counts``). Whether a test id entering
+the open set was folded before is asked of the file only when a fixed bit filter says it may be.
 
 A test id folded and then seen again is *set aside* (``reopen``): ``pertest`` reads it again at
 the end. Set-aside test ids are bounded the same way: past ``SPILL_AT`` they go to the file,
