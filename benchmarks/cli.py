@@ -11,10 +11,15 @@ lines), then each command runs as a subprocess beside a baseline measured in the
 
 ``--only grep,validate`` runs only the commands named (``grep``, ``validate``, ``stats``,
 ``by-class``, ``ls``) with the baselines they are read against; ``--log FILE --test-id ID``
-measures a log kept earlier with ``--keep`` instead of generating one; ``--compare DIR`` runs
-each cvdiag command a second time from another source tree (a checkout of the previous
-version), in the same rounds. cvdiag's bytecode is compiled first, as an installed package's
-is (with ``PYTHONDONTWRITEBYTECODE`` set, every run would compile the CLI's modules again).
+measures a log kept earlier with ``--keep`` instead of generating one; ``--against REV`` runs
+each cvdiag command a second time with the package as it was at git revision REV (exported to
+a temporary folder), in the same rounds. cvdiag's bytecode is compiled first, as an installed
+package's is (with ``PYTHONDONTWRITEBYTECODE`` set, every run would compile the CLI's modules
+again).
+
+``--many-ids N`` measures what grows with the number of test ids instead: a log of N short
+requests (three envelopes each, one test id each, no other lines), read by ``ls --json`` and
+``stats --by-class`` beside the Python baseline (``--against REV`` applies too).
 The commands run in ``--repeat`` interleaved rounds; each figure is the median with the
 range. Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per
 command so each figure is that command's own. The log is read once before the runs, so every command
@@ -151,6 +156,58 @@ def generate(path: Path, size: int) -> str:
     return target or "req-00000100"
 
 
+def _short_request(n: int) -> bytes:
+    """Three envelopes of one short request (test id ``id-<n>``): ingress, first byte, end."""
+    test_id = f"id-{n:09d}"
+    second = n // 100 % 86400
+    ts = f"2026-11-22T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+    boundaries = [
+        ("backend.request.ingress", "info", {"method": "GET", "path": "/ping"}),
+        ("backend.sse.first_byte", "info", {"delta_ms_from_ingress": 3}),
+        ("backend.response.complete", "ok", {"http_status": 200, "total_duration_ms": 5}),
+    ]
+    lines = []
+    for i, (boundary, outcome, metadata) in enumerate(boundaries):
+        envelope = {
+            "schema_version": 1,
+            "test_id": test_id,
+            "trace_id": f"t{n:09d}",
+            "span_id": f"{n:08x}{i + 1:08x}",
+            "parent_span_id": None,
+            "layer": "backend",
+            "boundary": boundary,
+            "slug": f"slug-{n % 7}",
+            "demo": "ping",
+            "ts": f"{ts}.{n % 100 * 10 + i:03d}Z",
+            "mono_ns": 10**15 + n * 10**7 + i * 10**6,
+            "duration_ms": None,
+            "outcome": outcome,
+            "edge_headers": NULL_EDGE_HEADERS,
+            "metadata": metadata,
+        }
+        lines.append(b"CVDIAG " + orjson.dumps(envelope) + b"\n")
+    return b"".join(lines)
+
+
+def generate_many(path: Path, count: int) -> None:
+    """``count`` short requests, each a test id of its own, one after the other."""
+    with open(path, "wb", buffering=1 << 20) as out:
+        for start in range(0, count, 1000):
+            out.write(b"".join(_short_request(n) for n in range(start, min(count, start + 1000))))
+
+
+def _export(revision: str, into: Path) -> Path:
+    """The package as it was at ``revision``, for ``PYTHONPATH``: ``git archive`` of this
+    checkout, so nothing outside it is read."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "cvdiag"], capture_output=True, check=True
+    ).stdout
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def measure(*command: str, cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of ``command`` run in a fresh wrapper process."""
     out = subprocess.run(
@@ -170,6 +227,62 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def many_ids(args: argparse.Namespace, workdir: Path) -> None:
+    """``ls --json`` and ``stats --by-class`` on ``--many-ids`` test ids, this code and, with
+    ``--against``, the code at that revision, interleaved in each round."""
+    log = workdir / "many.log"
+    started = time.perf_counter()
+    generate_many(log, args.many_ids)
+    size_mb = log.stat().st_size / 1024 / 1024
+    print(
+        f"generated {args.many_ids} test ids, {size_mb:.0f} MB,"
+        f" in {time.perf_counter() - started:.1f} s"
+    )
+    cvdiag = [sys.executable, "-m", "cvdiag"]
+    runs = [
+        ("cvdiag ls --json", [*cvdiag, "ls", "--json", str(log)]),
+        ("cvdiag stats --by-class", [*cvdiag, "stats", "--by-class", str(log)]),
+    ]
+    places = _against(args, workdir, runs)
+    runs.append(("baseline: python json.loads", [sys.executable, "-c", _BASELINE_STATS, str(log)]))
+    log.read_bytes()  # page-cache the log for every command alike
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
+    for _ in range(args.repeat):
+        for name, command in runs:
+            figures[name].append(measure(*command, cwd=places.get(name)))
+    print(
+        f"\n{args.repeat} interleaved rounds; median (min-max)\n"
+        f"{'command':<44} {'seconds':>8} {'MB/s':>6} {'k ids/s':>16} {'peak MB':>18}"
+    )
+    for name, found in figures.items():
+        seconds = sorted(s for s, _ in found)
+        peaks = sorted(p for _, p in found)
+        ids = args.many_ids / 1000
+        rates = f"{ids / _median(seconds):.0f} ({ids / seconds[-1]:.0f}-{ids / seconds[0]:.0f})"
+        peak = f"{_median(peaks):.1f} ({peaks[0]:.1f}-{peaks[-1]:.1f})"
+        print(
+            f"{name:<44} {_median(seconds):>8.2f} {size_mb / _median(seconds):>6.0f}"
+            f" {rates:>16} {peak:>18}"
+        )
+
+
+def _against(
+    args: argparse.Namespace, workdir: Path, runs: list[tuple[str, list[str]]]
+) -> dict[str, str]:
+    """With ``--against REV``, each cvdiag run again with the package at REV: ``-m cvdiag``
+    run from the exported folder imports its cvdiag (the working directory comes first on
+    ``sys.path``). Returns the working directory of each added run."""
+    if not args.against:
+        return {}
+    tree = str(_export(args.against, workdir / "against"))
+    places = {}
+    for name, command in list(runs):
+        if name.startswith("cvdiag"):
+            runs.append((f"{name} @{args.against}", command))
+            places[f"{name} @{args.against}"] = tree
+    return places
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size-mb", type=int, default=1024, help="log size (default 1024)")
@@ -181,13 +294,22 @@ def main() -> None:
     )
     parser.add_argument("--log", type=Path, help="a log generated before (with --keep)")
     parser.add_argument("--test-id", help="the test id --keep printed for that log")
-    parser.add_argument("--compare", default=None, help="another cvdiag source tree to run too")
+    parser.add_argument("--against", metavar="REV", help="also run the package as at REV")
+    parser.add_argument(
+        "--many-ids", type=int, default=0, metavar="N", help="ls and stats --by-class on N ids"
+    )
     args = parser.parse_args()
     if (args.log is None) != (args.test_id is None):
         parser.error("--log and --test-id go together")
 
     workdir = Path(tempfile.mkdtemp(prefix="cvdiag-bench-", dir=args.dir)).resolve()
     log = args.log.resolve() if args.log else workdir / "mixed.log"
+    if args.many_ids:
+        try:
+            many_ids(args, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return
     try:
         compileall.compile_dir(Path(package.__file__).parent, quiet=1)
         started = time.perf_counter()
@@ -229,19 +351,12 @@ def main() -> None:
         ]
         words = {word.strip() for word in args.only.split(",") if word.strip()}
         runs = [(name, command) for name, tags, command in rows if not words or words & set(tags)]
-        # ``-m cvdiag`` from the other tree's directory imports its cvdiag (the working
-        # directory comes first on sys.path).
-        places: dict[str, str | None] = {name: None for name, _ in runs}
-        if args.compare:
-            for name, command in list(runs):
-                if name.startswith("cvdiag"):
-                    runs.append((f"compared: {name[7:]}", command))
-                    places[f"compared: {name[7:]}"] = str(Path(args.compare).resolve())
+        places = _against(args, workdir, runs)
         # Rounds interleave the commands, so a burst of load on a shared machine falls on all.
         figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
         for _ in range(args.repeat):
             for name, command in runs:
-                figures[name].append(measure(*command, cwd=places[name]))
+                figures[name].append(measure(*command, cwd=places.get(name)))
         print(
             f"\n{args.repeat} interleaved rounds; median (min-max)\n"
             f"{'command':<44} {'seconds':>8} {'MB/s':>18} {'peak MB':>8}"

@@ -87,3 +87,19 @@ def test_emit_benchmark_runs() -> None:
     assert [row["variant"] for row in result["variants"]] == EMIT
     assert result["dropped"] == 0
     assert result["emitted"] > 0
+
+
+def test_cli_many_ids_benchmark_runs(tmp_path: Path) -> None:
+    """``benchmarks/cli.py --many-ids`` (its other mode writes a gigabyte: not run here)."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "cli.py"), "--many-ids", "300", "--dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "generated 300 test ids" in done.stdout
+    for name in ("cvdiag ls --json", "cvdiag stats --by-class", "baseline: python json.loads"):
+        assert f"\n{name} " in done.stdout
+    assert list(tmp_path.iterdir()) == []  # the log is removed

@@ -193,7 +193,7 @@ def test_only_the_active_test_ids_keep_their_facts() -> None:
     for record in records(Input("log", io.BytesIO(data)), print):
         seen.add(record)
         assert len(seen._open) <= 3
-    assert seen.finish() == {s.test_id: len(s.envelopes) for s in stories}
+    assert dict(seen.finish().items()) == {s.test_id: len(s.envelopes) for s in stories}
     assert folded_at == list(range(40))
 
 

@@ -9,22 +9,26 @@ the fold is wrong: that test id is set aside, and read again on its own once the
 over (``again``), so the figures are exactly those of keeping everything. An input that cannot
 be read twice (stdin, a pipe) keeps every test id open instead.
 
-What stays per test id is the folded value, a few hundred bytes at most.
+What stays per test id is the folded value, a few hundred bytes at most, and past
+``folded.SPILL_AT`` of them not even that: they go to a temporary file (``folded``). Test ids set
+aside are read again ``AGAIN_AT_ONCE`` at a time, so their open facts stay bounded too.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic
 
 from cvdiag.analysis.facts import Facts
+from cvdiag.analysis.folded import Folded, T
 from cvdiag.analysis.reading import Record
 
 #: Test ids whose facts are kept open; a log's concurrent requests are far fewer.
 ACTIVE: Final = 2048
+#: Set-aside test ids read again in one pass: about 1.5 KB of lean facts each while it lasts.
+AGAIN_AT_ONCE: Final = 8192
 
-T = TypeVar("T")
 #: Folds one test id: ``(first-seen order, slug, facts) -> value``.
 Fold = Callable[[int, str, Facts], T]
 #: Reads the inputs again, only the envelopes of the given test ids, in the same order.
@@ -41,17 +45,17 @@ class PerTestId(Generic[T]):
         *,
         again: Again | None = None,
         active: int | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
-        self._fold = fold
-        self._restore = restore
+        """``warn`` hears, once, that no temporary file could be made (see ``folded``)."""
+        self._fold: Fold[T] = fold
+        self._restore: Callable[[T], tuple[int, str]] = restore
         self._again = again
         limit = ACTIVE if active is None else active  # read at call time: the tests shrink it
         self._limit = limit if again is not None else None
         self._open: OrderedDict[str, tuple[int, str, Facts]] = OrderedDict()
-        #: The folded test ids, by test id.
-        self.folded: dict[str, T] = {}
-        #: Test ids folded too early, with their order and slug: read again at the end.
-        self._reopened: dict[str, tuple[int, str]] = {}
+        #: The folded test ids, and those set aside (folded too early).
+        self._folded: Folded[T] = Folded(warn=warn)
         self._seen = 0
 
     def add(self, record: Record, slug: str | None = None) -> None:
@@ -62,30 +66,34 @@ class PerTestId(Generic[T]):
         if entry is not None:
             self._open.move_to_end(test_id)
         else:
-            if test_id in self._reopened:
-                return
-            folded = self.folded.pop(test_id, None)
-            if folded is not None:
-                self._reopened[test_id] = self._restore(folded)
+            # Only when a test id (re)enters the open set: at most once per fold, not per line.
+            if self._limit is not None and self._folded.reopen(test_id):
                 return
             entry = (self._seen, env["slug"] if slug is None else slug, Facts(test_id, lean=True))
             self._seen += 1
             self._open[test_id] = entry
             if self._limit is not None and len(self._open) > self._limit:
                 old, (order, old_slug, facts) = self._open.popitem(last=False)
-                self.folded[old] = self._fold(order, old_slug, facts)
+                self._folded.put(old, self._fold(order, old_slug, facts))
         entry[2].add(record)
 
-    def finish(self) -> dict[str, T]:
+    def finish(self) -> Folded[T]:
         """Every test id folded, those set aside read again first."""
         while self._open:
             test_id, (order, slug, facts) = self._open.popitem(last=False)
-            self.folded[test_id] = self._fold(order, slug, facts)
-        if self._reopened and self._again is not None:
-            reopened, self._reopened = self._reopened, {}
-            facts_of = {test_id: Facts(test_id, lean=True) for test_id in reopened}
-            for record in self._again(frozenset(reopened)):
-                facts_of[record.envelope["test_id"]].add(record)
-            for test_id, (order, slug) in reopened.items():
-                self.folded[test_id] = self._fold(order, slug, facts_of[test_id])
-        return self.folded
+            self._folded.put(test_id, self._fold(order, slug, facts))
+        if self._again is not None:
+            self._folded.refold(self._refold, AGAIN_AT_ONCE)
+        return self._folded
+
+    def _refold(self, items: list[tuple[str, T]]) -> list[T]:
+        """Set-aside test ids, read again: folded with the order and slug first seen."""
+        assert self._again is not None
+        facts_of = {test_id: Facts(test_id, lean=True) for test_id, _ in items}
+        for record in self._again(frozenset(facts_of)):
+            facts_of[record.envelope["test_id"]].add(record)
+        values = []
+        for test_id, folded in items:
+            order, slug = self._restore(folded)
+            values.append(self._fold(order, slug, facts_of[test_id]))
+        return values

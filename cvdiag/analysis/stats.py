@@ -283,9 +283,11 @@ class Stats:
         by_class: bool = False,
         first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
         again: Again | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         """``again`` reads the inputs a second time (see ``pertest``); with it, ``--by-class``
-        holds a small number per test id, classified with ``first_token_timeout``."""
+        holds a small number per test id, classified with ``first_token_timeout``, in a
+        temporary file past a point (``warn`` hears if none can be made)."""
         self.rng = random.Random(0)  # noqa: S311 - sampling, not security
         self._overall = Group(OVERALL_RESERVOIR, self.rng)
         self.slugs: dict[str, Group] = {}
@@ -293,7 +295,7 @@ class Stats:
         self.first_token_timeout = first_token_timeout
         #: Slugs as they appear in ``classes`` (capped like ``slugs``), indexed by ``_fold``.
         self._class_slugs: dict[str, int] = {}
-        self.facts: PerTestId[int] = PerTestId(self._fold, self._restore, again=again)
+        self.facts: PerTestId[int] = PerTestId(self._fold, self._restore, again=again, warn=warn)
 
     @property
     def overall(self) -> Group:
@@ -376,10 +378,10 @@ class Stats:
         per_slug: dict[str, Counter[str]] = {}
         every = self.facts.finish()  # before reading the slugs' names: it may add some
         slugs = {index: slug for slug, index in self._class_slugs.items()}
-        for folded in every.values():
+        for folded, count in every.counts().items():  # (slug, class) pairs: a few hundred
             slug, verdict = slugs[folded // len(CLASSES)], CLASSES[folded % len(CLASSES)]
-            overall[verdict] += 1
-            per_slug.setdefault(slug, Counter())[verdict] += 1
+            overall[verdict] += count
+            per_slug.setdefault(slug, Counter())[verdict] += count
         return {
             "test_ids": sum(overall.values()),
             "overall": _ordered(overall),

@@ -20,7 +20,7 @@ from cvdiag.analysis.reading import (
     merged,
     records,
 )
-from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output
+from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import Progress, class_color
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
@@ -246,6 +246,7 @@ def stats(args: argparse.Namespace) -> int:
             by_class=args.by_class,
             first_token_timeout=args.first_token_timeout,
             again=again(args, inputs),
+            warn=lambda message: say(f"warning: stats: {message}"),
         )
         # Figures do not depend on order: the inputs are read one after another, not merged.
         for source in inputs:

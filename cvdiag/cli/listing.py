@@ -16,7 +16,7 @@ from cvdiag.analysis.pertest import PerTestId
 from cvdiag.analysis.reading import format_key, records
 from cvdiag.analysis.timeline import Clock
 from cvdiag.cli.commands import _names, _opened, again
-from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output
+from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
 
 
@@ -117,7 +117,7 @@ def ls(args: argparse.Namespace) -> int:
     ids = frozenset(args.test_ids) if args.test_ids else None
     rows = Rows(args.first_token_timeout)
     with _opened(args, numbered=False) as inputs:
-        seen = PerTestId(rows.fold, rows.restore, again=again(args, inputs))
+        seen = PerTestId(rows.fold, rows.restore, again=again(args, inputs), warn=_warn)
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
                 if record.envelope["boundary"].startswith("cvdiag."):  # not a test's story
@@ -130,12 +130,11 @@ def ls(args: argparse.Namespace) -> int:
         raise Failure(f"no CVDIAG envelope in {_names(args)}")
     since = format_key(args.since) if args.since else None
     until = format_key(args.until) if args.until else None
-    # In first-seen order, ties in the order the test ids appeared (``Rows``: as bytes).
-    order = sorted(folded, key=folded.__getitem__)
 
     def selected() -> Iterator[dict[str, Any]]:
-        for test_id in order:
-            row = folded[test_id]
+        # In first-seen order, ties in the order the test ids appeared (``Rows``: as bytes),
+        # streamed: from the temporary file too when there was one (``folded``).
+        for test_id, row in folded.sorted_items():
             first = rows.first_seen(row)
             if (since is not None and first < since) or (until is not None and first >= until):
                 continue
@@ -149,7 +148,12 @@ def ls(args: argparse.Namespace) -> int:
     out = Output(color=args.color)
     found = _write_json(out, selected()) if args.json else _render(out, selected)
     out.flush()
+    folded.close()
     return OK if found else NOTHING
+
+
+def _warn(message: str) -> None:
+    say(f"warning: ls: {message}")
 
 
 def _write_json(out: Output, rows: Iterable[dict[str, Any]]) -> int:
