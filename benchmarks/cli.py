@@ -247,13 +247,9 @@ def many_ids(args: argparse.Namespace, workdir: Path) -> None:
         ("cvdiag ls --json", [*cvdiag, "ls", "--json", str(log)]),
         ("cvdiag stats --by-class", [*cvdiag, "stats", "--by-class", str(log)]),
     ]
-    places = _against(args, workdir, runs)
     runs.append(("baseline: python json.loads", [sys.executable, "-c", _BASELINE_STATS, str(log)]))
     log.read_bytes()  # page-cache the log for every command alike
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
-    for _ in range(args.repeat):
-        for name, command in runs:
-            figures[name].append(measure(*command, cwd=places.get(name)))
+    figures = _interleaved(args, workdir, runs)
     print(
         f"\n{args.repeat} interleaved rounds; median (min-max)\n"
         f"{'command':<44} {'seconds':>8} {'MB/s':>6} {'k ids/s':>16} {'peak MB':>18}"
@@ -285,6 +281,19 @@ def _against(
             runs.append((f"{name} @{args.against}", command))
             places[f"{name} @{args.against}"] = tree
     return places
+
+
+def _interleaved(
+    args: argparse.Namespace, workdir: Path, runs: list[tuple[str, list[str]]]
+) -> dict[str, list[tuple[float, float]]]:
+    """``(seconds, peak MB)`` of each run (with ``--against``, also at REV), in ``--repeat``
+    rounds that interleave the commands, so a burst of load on a shared machine falls on all."""
+    places = _against(args, workdir, runs)
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
+    for _ in range(args.repeat):
+        for name, command in runs:
+            figures[name].append(measure(*command, cwd=places.get(name)))
+    return figures
 
 
 def main() -> None:
@@ -355,12 +364,7 @@ def main() -> None:
         ]
         words = {word.strip() for word in args.only.split(",") if word.strip()}
         runs = [(name, command) for name, tags, command in rows if not words or words & set(tags)]
-        places = _against(args, workdir, runs)
-        # Rounds interleave the commands, so a burst of load on a shared machine falls on all.
-        figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runs}
-        for _ in range(args.repeat):
-            for name, command in runs:
-                figures[name].append(measure(*command, cwd=places.get(name)))
+        figures = _interleaved(args, workdir, runs)
         print(
             f"\n{args.repeat} interleaved rounds; median (min-max)\n"
             f"{'command':<44} {'seconds':>8} {'MB/s':>18} {'peak MB':>8}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any, Final
 
 from cvdiag.analysis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
@@ -155,49 +156,42 @@ class Group:
 Both = Callable[[Group, Group, dict[str, Any], dict[str, Any]], None]
 
 
-def _completed(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
-    total = number(meta.get("total_duration_ms"))
-    total = total if total is not None else number(env.get("duration_ms"))
-    if total is not None:
-        overall.duration.add(total)
-        group.duration.add(total)
+def _sampled(sample: str, key: str, *, else_duration: bool) -> Both:
+    """Adds the number at ``metadata[key]`` (else the envelope's ``duration_ms``, if
+    ``else_duration``) to the sample ``sample`` of both groups."""
+    pick = attrgetter(sample)
+
+    def add(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+        value = number(meta.get(key))
+        if value is None and else_duration:
+            value = number(env.get("duration_ms"))
+        if value is not None:
+            pick(overall).add(value)
+            pick(group).add(value)
+
+    return add
 
 
-def _aborted(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
-    kind = meta.get("termination_kind")
-    kind = kind if isinstance(kind, str) else "?"
-    _count_capped(overall.aborted, kind)
-    _count_capped(group.aborted, kind)
+def _counted(counter: str, key: str) -> Both:
+    """Counts the text at ``metadata[key]`` (``?`` if it is not one) in the capped counter
+    ``counter`` of both groups."""
+    pick = attrgetter(counter)
 
+    def add(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+        kind = meta.get(key)
+        kind = kind if isinstance(kind, str) else "?"
+        _count_capped(pick(overall), kind)
+        _count_capped(pick(group), kind)
 
-def _first_byte(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
-    delta = number(meta.get("delta_ms_from_ingress"))
-    if delta is not None:
-        overall.first_byte.add(delta)
-        group.first_byte.add(delta)
-
-
-def _answered(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
-    latency = number(meta.get("latency_ms"))
-    latency = latency if latency is not None else number(env.get("duration_ms"))
-    if latency is not None:
-        overall.llm_latency.add(latency)
-        group.llm_latency.add(latency)
-
-
-def _caught(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
-    kind = meta.get("exception_type")
-    kind = kind if isinstance(kind, str) else "?"
-    _count_capped(overall.errors, kind)
-    _count_capped(group.errors, kind)
+    return add
 
 
 _BOTH: Final[dict[str, Both]] = {
-    COMPLETE: _completed,
-    ABORTED: _aborted,
-    "backend.sse.first_byte": _first_byte,
-    "backend.llm.call.response": _answered,
-    "backend.error.caught": _caught,
+    COMPLETE: _sampled("duration", "total_duration_ms", else_duration=True),
+    ABORTED: _counted("aborted", "termination_kind"),
+    "backend.sse.first_byte": _sampled("first_byte", "delta_ms_from_ingress", else_duration=False),
+    "backend.llm.call.response": _sampled("llm_latency", "latency_ms", else_duration=True),
+    "backend.error.caught": _counted("errors", "exception_type"),
 }
 
 
