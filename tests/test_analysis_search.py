@@ -113,11 +113,11 @@ def test_candidate_lines_take_the_same_lines_by_either_road(
         for needle in (b"id-1", b"x"):
             with Inputs([str(path)]) as (plain,):
                 plain.numbered = False
-                assert plain.regular_file() is not None
+                assert plain.descriptor() is not None
                 fast = list(reading.candidate_lines(plain, needle))
             with Inputs([str(path)]) as (stream,):
                 stream.numbered = False
-                patch.setattr(stream, "regular_file", lambda: None)
+                patch.setattr(stream, "descriptor", lambda: None)
                 slow = list(reading.candidate_lines(stream, needle))
             assert fast == slow
 

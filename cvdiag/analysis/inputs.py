@@ -73,25 +73,11 @@ class Input:
         """The error to raise for a failed read of this input."""
         return InputError(f"cannot read {self.name}: {_reason(exc)}")
 
-    def regular_file(self) -> int | None:
-        """The descriptor of a named, uncompressed regular file (read with ``pread``), else
-        None: stdin, a pipe, a device or gzip are read as a stream."""
-        if self.name == "<stdin>" or self.stream is not self._raw:
-            return None
-        try:
-            fd = self._raw.fileno()
-            return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
-        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-            return None
-
-    @property
-    def plain_file(self) -> bool:
-        """A regular file read as it is (not gzip, not stdin): it can be read in ranges."""
-        return self.stream is self._raw and self.rereadable
-
     def descriptor(self) -> int | None:
-        """The file descriptor of a ``plain_file``, else None."""
-        if not self.plain_file:
+        """The descriptor of a named, uncompressed regular file, which can be read at any
+        offset (``pread``: in ranges, or searched by threads); else None: stdin, a pipe, a
+        device or gzip are read as a stream."""
+        if self.stream is not self._raw or not self.rereadable:
             return None
         try:
             return self._raw.fileno()

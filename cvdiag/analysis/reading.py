@@ -152,7 +152,7 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     # which this loop does with less overhead than the search's threads (measured: a third
     # less on a 301 MB log).
     rare = needle and needle != MARKER and b"\n" not in needle
-    fd = source.regular_file() if rare and not numbered else None
+    fd = source.descriptor() if rare and not numbered else None
     if fd is not None:
         from cvdiag.analysis import search
 
