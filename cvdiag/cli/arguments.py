@@ -26,7 +26,7 @@ from cvdiag.cli.style import COLORS
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
-    from typing import Any, Final, NoReturn
+    from typing import Final, NoReturn
 
     from cvdiag.schema import Tier
 
@@ -72,12 +72,6 @@ def boundaries() -> tuple[str, ...]:
     from cvdiag.schema import packaged_schema
 
     return tuple(packaged_schema()["properties"]["boundary"]["enum"])
-
-
-def __getattr__(name: str) -> Any:  # ``BOUNDARIES`` was a constant, read when imported
-    if name == "BOUNDARIES":
-        return boundaries()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def outcome(value: str) -> str:
