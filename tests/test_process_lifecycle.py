@@ -11,6 +11,8 @@ import time
 
 import orjson
 
+from tests.support.servers import KEEP_SERVING
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HOST = textwrap.dedent(
@@ -42,7 +44,7 @@ def envelopes(raw: bytes) -> list[dict[str, object]]:
 
 def test_unread_pipe_never_blocks_the_host_and_drops_are_accounted() -> None:
     # 64 KiB of pipe buffer holds ~130 of these lines; the queue holds 100 more; the rest drop.
-    proc = spawn(count=5000, queue=100, tail="time.sleep(30)")
+    proc = spawn(count=5000, queue=100, tail=KEEP_SERVING)
     assert proc.stderr is not None
     assert proc.stdout is not None
     assert proc.stderr.readline() == b"ready\n"
@@ -60,7 +62,7 @@ def test_unread_pipe_never_blocks_the_host_and_drops_are_accounted() -> None:
 
 
 def test_sigterm_writes_everything_queued() -> None:
-    proc = spawn(count=3000, queue=5000, tail="time.sleep(30)")
+    proc = spawn(count=3000, queue=5000, tail=KEEP_SERVING)
     assert proc.stderr is not None
     assert proc.stderr.readline() == b"ready\n"
     assert proc.stderr.readline() == b"served\n"

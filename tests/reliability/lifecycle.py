@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 from tests.reliability.drivers import PREFIX, ROOT
+from tests.support.servers import KEEP_SERVING
 
 HOST = textwrap.dedent(
     """
@@ -43,8 +44,8 @@ HOST = textwrap.dedent(
 
 #: How each way of ending is brought about, after the host has emitted everything.
 ENDINGS = {
-    "sigterm": "time.sleep(120)",
-    "sigint": "time.sleep(120)",
+    "sigterm": KEEP_SERVING,
+    "sigint": KEEP_SERVING,
     "uncaught exception": "raise RuntimeError('host bug')",
     "sys.exit": "sys.exit(4)",
     "os._exit after flush()": "flush(); os._exit(3)",

@@ -60,6 +60,7 @@ from tests.reliability.drivers import MIX, ROOT, exchange
 from tests.reliability.scale import SCALE
 from tests.schema_check import assert_valid
 from tests.support.otel import sdk
+from tests.support.servers import KEEP_SERVING
 
 pytestmark = pytest.mark.reliability
 
@@ -253,14 +254,14 @@ UNREAD_PIPE_HOST = textwrap.dedent(
     # Printed while nobody has read a byte of stdout: serving never waited on the pipe.
     sys.stderr.write(f"served {{same}} emitted {{get_emitter().emitted}}\\n")
     sys.stderr.flush()
-    time.sleep(120)
+    {keep_serving}
     """
 )
 
 
 def test_stdout_is_a_pipe_nobody_reads() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", UNREAD_PIPE_HOST.format(n=N)],
+        [sys.executable, "-c", UNREAD_PIPE_HOST.format(n=N, keep_serving=KEEP_SERVING)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

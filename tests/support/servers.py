@@ -12,6 +12,12 @@ from typing import Any
 
 from cvdiag.cli.demo import serve
 
+#: The last statement of a host process that a test ends with a signal: it keeps serving in short
+#: sleeps. One long ``time.sleep`` can swallow the signal for its whole length: CPython runs a
+#: Python handler between bytecodes, so a signal that lands after the interpreter's last check and
+#: before the sleep's system call waits for the sleep to end (seen once in CI, a 30 s hang).
+KEEP_SERVING = "while True: time.sleep(0.05)"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
