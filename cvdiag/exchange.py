@@ -113,10 +113,16 @@ class Exchange:
             lines = self.request_lines = self.emitter.lines_for(self.ctx)
         return lines
 
-    def first_byte(self) -> None:
+    def first_byte(self, *, keepalive: bool = False) -> None:
+        """The first body chunk left; ``keepalive`` when it held only SSE comments (a ``: ping``
+        sent while the app waits), which say nothing of the model's tokens: marked so."""
         self.first_byte_seen = True
         if self.allow_first_byte:
             delta = ms_since(self.start)
+            if keepalive:
+                meta: dict[str, object] = {"delta_ms_from_ingress": delta, "keepalive": True}
+                self._emit("backend.sse.first_byte", "info", meta)
+                return
             lines = self._lines()
             if lines is None or not lines.first_byte(delta):
                 self._emit("backend.sse.first_byte", "info", {"delta_ms_from_ingress": delta})

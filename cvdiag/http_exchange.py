@@ -152,7 +152,7 @@ class HTTPExchange(Exchange):
         if body and not self.head:
             streaming = more or self.streaming
             if streaming and not self.first_byte_seen:
-                self.first_byte()
+                self.first_byte(keepalive=self.allow_first_byte and self._keepalive(body))
                 if not self.allow_events:
                     self.held = []  # the first byte is timed: batch the chunks that follow
             if self.inflate is not None:
@@ -186,6 +186,12 @@ class HTTPExchange(Exchange):
             return False
         self.body_done = True
         return True
+
+    def _keepalive(self, body: bytes) -> bool:
+        """Whether this (first) chunk of an SSE body holds only comments and blank lines."""
+        if (self.parser is None and self.counter is None) or self.inflate is not None:
+            return False
+        return all(not line or line[:1] == b":" for line in body.splitlines())
 
     def _inflated(self, data: bytes) -> bytes:
         """The app's bytes behind a compressed chunk, inflated a bounded step at a time."""

@@ -19,7 +19,13 @@ from typing import Any, Final
 import orjson
 
 from cvdiag.guard import record_failure
-from cvdiag.providers.usage import FINISH_IN_LINE, TOKENS_IN_TAIL, USAGE_MARK, ResponseFacts
+from cvdiag.providers.usage import (
+    ERROR_MARK,
+    FINISH_IN_LINE,
+    TOKENS_IN_TAIL,
+    USAGE_MARK,
+    ResponseFacts,
+)
 from cvdiag.scopes import LLMCall
 
 #: JSON response bodies (decoded) are parsed only up to this size.
@@ -199,7 +205,7 @@ class Tracker:
         # usage are parsed; content chunks are only searched for a finish reason.
         if not line.startswith(b"data:"):
             return
-        if USAGE_MARK not in line and self._seen_data:
+        if USAGE_MARK not in line and ERROR_MARK not in line and self._seen_data:
             if line[5:].strip() == b"[DONE]":
                 self.provider_done = True
             elif b'eason"' in line and b'eason": null' not in line and b'eason":null' not in line:
@@ -275,6 +281,10 @@ class Tracker:
                 call.response_facts = facts
             if not self.owned:
                 return
+            if self.error_class is None:
+                # A failure the provider reported after answering 200 (an error event, a
+                # ``response.failed``): the call failed, however the stream then ended.
+                self.error_class = facts.error
             if exc is not None:
                 call.finish(exc)
             elif (early or abandoned) and not self.provider_done:

@@ -174,6 +174,8 @@ class Facts:
     client_errors: int = 0
     calls: dict[str, Call] = dataclasses.field(default_factory=dict)
     first_byte: tuple[float | None, Ref] | None = None
+    #: That first byte held only SSE keep-alive comments.
+    keepalive_first: bool = False
     first_ingress: Ref | None = None
     #: The first event carrying model output, and the ingress it followed.
     first_content: tuple[Ref, Ref | None] | None = None
@@ -231,9 +233,12 @@ class Facts:
             self._add_call(record, boundary, meta)
         elif boundary == "backend.sse.first_byte":
             ref = self._ref(record)
+            keepalive = meta.get("keepalive") is True
             if self.first_byte is None:
                 self.first_byte = (number(meta.get("delta_ms_from_ingress")), ref)
-            self._flowing(ref, content=False)
+                self.keepalive_first = keepalive
+            if not keepalive:  # a ``: ping`` comment is no sign of tokens
+                self._flowing(ref, content=False)
         elif boundary == "backend.sse.aborted":
             self.abort_count += 1
             if len(self.aborts) < KEEP:

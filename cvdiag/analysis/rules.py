@@ -14,7 +14,7 @@ from typing import Any
 from cvdiag.analysis.describe import text
 from cvdiag.analysis.facts import Call, Facts, Ref
 from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import FAILED, OK, RATE_LIMITED, error_kind
+from cvdiag.analysis.vocabulary import CUT, FAILED, OK, OTHER, RATE_LIMITED, error_kind
 
 
 @dataclasses.dataclass(slots=True)
@@ -67,12 +67,12 @@ class Context:
         horizon = self.offset(end) if end is not None else float("inf")
         if start is not None and self.offset(start) > horizon:
             return "later"
+        response = call.response
+        if response is not None and self.offset(response) <= horizon and not call.cut:
+            return "answered"  # checked first: a finished call is not "streaming" any more
         first = self.first_token_at(call)
         if first is not None and first <= horizon:
             return "flowing"
-        response = call.response
-        if response is not None and self.offset(response) <= horizon and not call.cut:
-            return "answered"
         if call.cut and call.tokens and (response is None or self.offset(response) <= horizon):
             return "flowing"  # a usage count before the cut: tokens had come
         return "waiting"
@@ -213,27 +213,83 @@ def edge(ctx: Context) -> Finding:
     return found
 
 
+def stall_explains(ctx: Context) -> bool:
+    """Whether an LLM call left waiting explains the failure (``waiting.stalled`` names it): a
+    call was still waiting when the request ended and none answered ok. Then a caught timeout
+    or cancellation, and an error the stream reported in-band, are that wait's consequence."""
+    f = ctx.facts
+    calls = f.calls.values()
+    end = f.ended
+    return not any(c.ok for c in calls) and any(ctx.state(c, end) == "waiting" for c in calls)
+
+
+def refused_calls(ctx: Context) -> list[Call]:
+    """Calls the provider refused with a 4xx other than 429 (a bad key, model or payload: the
+    request the backend built) or that ended in another error of the app's, with no call
+    answering ok after the last of them: then the refusal decided the outcome, as a provider
+    failure does (``_failures``), whatever the app made of it."""
+    f = ctx.facts
+    refused = [c for c in f.calls.values() if c.response is not None and c.kind == OTHER]
+    if not refused:
+        return []
+    last = max(c.response.key for c in refused if c.response is not None)
+    if any(c.ok and c.response is not None and c.response.key > last for c in f.calls.values()):
+        return []
+    return refused
+
+
 def backend_error(ctx: Context) -> Finding:
     f, found = ctx.facts, Finding()
-    if f.errors:
-        meta, ref = f.error_refs[0]
+    stalled = stall_explains(ctx)
+    errors = [
+        (meta, ref)
+        for meta, ref in f.error_refs
+        if not (stalled and error_kind(text(meta.get("exception_type"), 80)) == CUT)
+    ]
+    refused = refused_calls(ctx)
+    if errors:
+        meta, ref = errors[0]
         more = f" (and {f.errors - 1} more)" if f.errors > 1 else ""
         found.add(
             f"the backend caught {text(meta.get('exception_type'), 60)}:"
             f" {text(meta.get('message_scrubbed'), 120)}{more} at {ctx.at(ref)}",
-            [r for _, r in f.error_refs],
+            [r for _, r in errors],
             errors=f.errors,
             exception_type=meta.get("exception_type"),
             message_scrubbed=meta.get("message_scrubbed"),
         )
-    elif f.error_events:
+    elif refused:
+        call = refused[-1]
+        kinds = ", ".join(sorted({c.error_class or c.outcome or "?" for c in refused}))
+        many = f" ({len(refused)} calls)" if len(refused) > 1 else ""
+        found.add(
+            f"LLM call {call.label} was refused with {text(kinds, 60)}{many} at"
+            f" {ctx.at(call.response or call.refs()[-1])}, and no call answered ok after it:"
+            f" the request the backend sent was rejected; {_outcome(ctx)}",
+            [r for c in refused for r in c.refs()] + _end_refs(ctx),
+            refused_calls=len(refused),
+            error_classes=sorted({c.error_class or "?" for c in refused}),
+        )
+    elif f.error_events and not stalled:
         kind, ref = f.error_events[0]
         more = f" (and {f.error_event_count - 1} more)" if f.error_event_count > 1 else ""
-        calls = "no LLM call in the log failed" if f.calls else "no LLM call is in the log"
         found.add(
             f"the stream reported an error in-band: {text(kind, 40)}{more} at {ctx.at(ref)},"
-            f" and {calls}",
+            f" and {_calls_said(ctx)}",
             [r for _, r in f.error_events],
             error_events=f.error_event_count,
         )
     return found
+
+
+def _calls_said(ctx: Context) -> str:
+    """What the LLM calls of the log say about an in-band error no rule explained."""
+    calls = list(ctx.facts.calls.values())
+    if not calls:
+        return "no LLM call is in the log"
+    if all(c.ok for c in calls):
+        return "every LLM call answered ok" if len(calls) > 1 else "its LLM call answered ok"
+    ended = sorted({c.error_class or c.outcome or "?" for c in calls if c.response and not c.ok})
+    if not ended:
+        return "no LLM call had answered"
+    return f"LLM calls ended {text(', '.join(ended), 60)}"

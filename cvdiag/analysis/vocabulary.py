@@ -93,9 +93,16 @@ _PROVIDER_FAILURES: Final = frozenset(
         "clientconnectionerror",
         "chunkedencodingerror",
         "incompleteread",
+        # A provider's in-body error, named by cvdiag/providers/usage.py: Chat Completions'
+        # ``server_error``, and an error that names no code or type.
+        "servererror",
+        "providererror",
     }
 )
 _HTTP_STATUS: Final = re.compile(r"HTTP(\d{3})")
+#: Error classes (lowercased) that mean the call was cut, not answered: cvdiag's own
+#: ``Shutdown`` ends a call still outstanding when the process exits (cvdiag/llm_calls.py).
+_CUT_NAMES: Final = frozenset({"shutdown"})
 #: Exceptions that mean the client left: not an application error (older logs caught them).
 CLIENT_EXCEPTIONS: Final = frozenset({"WebSocketDisconnect", "ClientDisconnect"})
 
@@ -109,7 +116,7 @@ def error_kind(name: str | None, outcome: str | None = None) -> str:
     if not name:
         return CUT if outcome == "timeout" else OK if outcome in (None, "ok") else OTHER
     lowered = name.rsplit(".", 1)[-1].lower()
-    if outcome == "timeout" or "timeout" in lowered or "cancel" in lowered:
+    if outcome == "timeout" or "timeout" in lowered or "cancel" in lowered or lowered in _CUT_NAMES:
         return CUT
     status = _HTTP_STATUS.fullmatch(name)
     if status is not None:

@@ -44,7 +44,12 @@ def stalled(ctx: Context) -> Finding:
     f, found = ctx.facts, Finding()
     end = f.ended
     waiting = [c for c in f.calls.values() if ctx.state(c, end) == "waiting"]
-    if not waiting or not (f.ended_badly or f.first_byte is None or end is None):
+    # A call cut by a timeout and reported in-band, or with no call answering at all, leaves
+    # a request that "completed ok" without an answer: the wait is still what happened.
+    unanswered = not any(c.ok for c in f.calls.values())
+    if not waiting or not (
+        f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered
+    ):
         return found
     call = waiting[0]
     start = ctx.started(call)
@@ -54,6 +59,8 @@ def stalled(ctx: Context) -> Finding:
         beats = f" ({call.heartbeats} heartbeats, the last at {ms(call.max_elapsed_ms)})"
     if f.first_byte is None:
         client = "no byte reached the client"
+    elif f.keepalive_first and call.flow(f.tier) is None:
+        client = "the first byte was a keep-alive comment, and no sign of its tokens followed"
     elif f.first_content is None and f.tier >= Tier.DEBUG:
         client = "the stream carried no model output"
     else:
@@ -73,8 +80,9 @@ def slow(ctx: Context) -> Finding:
     """The first byte, a call's first token or the stream's first content came too late."""
     f, found, limit = ctx.facts, Finding(), ctx.timeout_ms
     facts: dict[str, Any] = {"first_token_timeout_s": limit / 1000}
-    if f.first_byte is not None and f.first_byte[0] is not None and f.first_byte[0] > limit:
-        delta, ref = f.first_byte
+    first_byte = f.first_byte if not f.keepalive_first else None  # a ping: no token
+    if first_byte is not None and first_byte[0] is not None and first_byte[0] > limit:
+        delta, ref = first_byte
         found.add(f"the first byte left {ms(delta)} after ingress, past {ctx.timeout()}", [ref])
         facts["first_byte_ms"] = delta
     for call in f.calls.values():
@@ -200,7 +208,12 @@ def healthy(ctx: Context) -> Finding:
     note = ""
     if failed:
         calls = "1 LLM call" if len(failed) == 1 else f"{len(failed)} LLM calls"
-        note = f"; {calls} ended {text(failed[0].error_class or failed[0].outcome, 40)} on the way"
+        last = max(c.response.key for c in failed if c.response is not None)
+        after = any(
+            c.ok and c.response is not None and c.response.key > last for c in f.calls.values()
+        )
+        way = "on the way" if after else "and no call answered ok after it"
+        note = f"; {calls} ended {text(failed[0].error_class or failed[0].outcome, 40)} {way}"
     found.add(
         f"completed ok{many}: {done.ref.summary}{note}",
         [done.ref],

@@ -14,6 +14,12 @@ One reader for every shape cvdiag knows, fed a parsed JSON body or one parsed SS
 - Gemini and Vertex AI ``generateContent``: ``responseId``, ``modelVersion``,
   ``usageMetadata.promptTokenCount`` / ``candidatesTokenCount``, ``candidates[].finishReason``.
 
+A provider that fails after answering 200 says so in the body: an ``error`` object (OpenAI Chat
+Completions mid-stream, an OpenAI-compatible gateway's 200 JSON), Anthropic's ``error`` event,
+the Responses API's ``error`` event or ``response.failed``. ``error`` holds its code or type as an
+exception-like name (``overloaded_error`` → ``OverloadedError``), which becomes the call's
+``error_class``.
+
 Strings are bounded here; the bridge scrubs them like every other name it writes.
 """
 
@@ -35,6 +41,11 @@ TOKENS_IN_TAIL: Final = re.compile(
 )
 #: The cheap test for an SSE line worth parsing: it carries usage (or Gemini's usageMetadata).
 USAGE_MARK: Final = b'"usage'
+#: The cheap test for an SSE line that may report a failure (parsed to be sure).
+ERROR_MARK: Final = b'"error"'
+#: ``error`` when the provider's error names no code or type.
+UNNAMED_ERROR: Final = "ProviderError"
+_WORD: Final = re.compile(r"[A-Za-z0-9]+")
 
 
 def _count(value: object) -> int | None:
@@ -48,7 +59,14 @@ def _text(value: object) -> str | None:
 class ResponseFacts:
     """What has been read of one response so far."""
 
-    __slots__ = ("finish_reasons", "input_tokens", "model", "output_tokens", "response_id")
+    __slots__ = (
+        "error",
+        "finish_reasons",
+        "input_tokens",
+        "model",
+        "output_tokens",
+        "response_id",
+    )
 
     def __init__(self) -> None:
         self.input_tokens: int | None = None
@@ -56,6 +74,8 @@ class ResponseFacts:
         self.model: str | None = None
         self.response_id: str | None = None
         self.finish_reasons: list[str] = []
+        #: The failure the provider reported in the body, as an exception-like name.
+        self.error: str | None = None
 
     def add_reason(self, reason: object) -> None:
         text = _text(reason)
@@ -71,6 +91,9 @@ class ResponseFacts:
             return
         if not isinstance(parsed, dict):
             return
+        error = reported_error(parsed)
+        if error is not None and self.error is None:
+            self.error = error
         for holder in (parsed, parsed.get("message"), parsed.get("response")):
             if isinstance(holder, dict):
                 self._absorb_object(holder)
@@ -119,3 +142,30 @@ class ResponseFacts:
             self.input_tokens = prompt
         if output is not None:
             self.output_tokens = output
+
+
+def reported_error(parsed: dict[str, object]) -> str | None:
+    """The failure ``parsed`` (a body or one stream event) reports, or None: the error's code,
+    else its type, as an exception-like name."""
+    kind = parsed.get("type")
+    if kind == "response.failed":
+        response = parsed.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        return _error_name(error if isinstance(error, dict) else {})
+    if kind == "error":  # Anthropic nests the error; the Responses API's event is the error
+        error = parsed.get("error")
+        return _error_name(error if isinstance(error, dict) else parsed)
+    error = parsed.get("error")
+    if isinstance(error, dict):  # Chat Completions and gateways; ``"error": null`` is none
+        return _error_name(error)
+    return None
+
+
+def _error_name(error: dict[str, object]) -> str:
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value != "error":
+            name = "".join(word.capitalize() for word in _WORD.findall(value[:_TEXT_MAX]))
+            if name:
+                return name[:64]
+    return UNNAMED_ERROR
