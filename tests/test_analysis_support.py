@@ -151,11 +151,13 @@ class Story:
             parent=call,
         )
 
-    def first_byte(self, at: float) -> str:
+    def first_byte(self, at: float, *, keepalive: bool = False) -> str:
+        """``keepalive`` marks a first chunk of SSE comments only (a ``: ping``)."""
+        extra = {"keepalive": True} if keepalive else {}
         return self.emit(
             "backend.sse.first_byte",
             at,
-            metadata={"delta_ms_from_ingress": at},
+            metadata={"delta_ms_from_ingress": at, **extra},
             parent=self.request,
         )
 

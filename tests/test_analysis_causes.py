@@ -1,0 +1,255 @@
+"""The classifier on causes a blind run of new scenarios found misnamed: calls cut by a timeout
+or by shutdown, a provider's refusal (a 4xx), an error the provider reported inside a 200 body,
+and a keep-alive comment sent while the model was silent. Hand-written logs (see
+test_analysis_support.Story); the real-server scenarios are in test_cli_causes_real.py."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cvdiag.analysis import classify
+from cvdiag.analysis.reading import Input, records
+from cvdiag.analysis.vocabulary import error_kind
+from cvdiag.providers.usage import ResponseFacts, reported_error
+from tests.test_analysis_support import Story
+
+
+def _classify(story: Story, timeout: float = 60.0) -> classify.Verdict:
+    data = ("\n".join(story.lines()) + "\n").encode()
+    found = list(records(Input("log", io.BytesIO(data)), print))
+    return classify.classify(classify.gather(story.test_id, found), first_token_timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("Shutdown", "cut"),  # cvdiag's own: a call outstanding when the process ended
+        ("ServerError", "failed"),  # named from a provider's in-body error (usage.py)
+        ("OverloadedError", "failed"),
+        ("ProviderError", "failed"),
+        ("RateLimitExceeded", "rate-limited"),
+        ("InvalidRequestError", "other"),
+    ],
+)
+def test_error_kinds_of_cvdiag_names(name: str, expected: str) -> None:
+    assert error_kind(name, "err") == expected
+
+
+def _waited(story: Story, error_class: str, *, outcome: str = "err", beats: int = 2) -> str:
+    """A call that heartbeats and is then ended by ``error_class``, with no token."""
+    call = story.llm_start(2, story.request)
+    for i in range(1, beats + 1):
+        story.heartbeat(2 + i * 250, call, i * 250)
+    end = 2 + (beats + 1) * 250
+    return story.llm_response(
+        end, call, end - 2, tokens=None, outcome=outcome, error_class=error_class
+    )
+
+
+def test_a_call_ended_by_shutdown_was_waiting_when_the_log_ends() -> None:
+    story = Story("shutdown")
+    story.ingress()
+    story.first_byte(1)
+    story.event(1, "RUN_STARTED")
+    _waited(story, "Shutdown", beats=8)
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "cut by Shutdown" in verdict.reason
+    assert "the log ends before the request does" in verdict.reason
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "verbose"])
+def test_a_timeout_reported_in_band_is_a_stalled_call(debug: bool) -> None:
+    """The SDK's timeout fired on a silent provider; the app said so in-band and answered 200."""
+    story = Story("timeout-inband")
+    story.ingress()
+    _waited(story, "ReadTimeout", outcome="timeout")
+    story.first_byte(760)
+    if debug:
+        story.event(760, "RUN_ERROR")
+    story.complete(761, events=1)
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "cut by ReadTimeout" in verdict.reason
+
+
+def test_a_caught_timeout_of_a_waiting_call_is_no_backend_error() -> None:
+    story = Story("timeout-raise")
+    story.ingress()
+    _waited(story, "ReadTimeout", outcome="timeout")
+    story.error(760, exception_type="APITimeoutError")
+    story.complete(761, status=500, outcome="err", events=0)
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "no byte reached the client" in verdict.reason
+
+
+def test_a_timeout_of_the_apps_own_with_no_call_waiting_stays_a_backend_error() -> None:
+    """A tool's deadline is the app's error: no LLM call was left waiting to explain it."""
+    story = Story("tool-timeout")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(20, call, 19)
+    story.error(1020, exception_type="TimeoutError")
+    story.complete(1021, status=500, outcome="err", events=0)
+    verdict = _classify(story)
+    assert verdict.flap_class == "backend-error", verdict.reason
+    assert "TimeoutError" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("status", "event"),
+    [(500, None), (200, "RUN_ERROR"), (200, None)],
+    ids=["500", "in-band", "200"],
+)
+def test_a_refused_call_is_the_backends_error(status: int, event: str | None) -> None:
+    """A 4xx other than 429 (a bad key, model or payload) with no ok call after it."""
+    story = Story("refused")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(6, call, 5, tokens=None, outcome="err", error_class="HTTP401")
+    story.first_byte(7)
+    if event is not None:
+        story.event(7, event)
+    story.complete(8, status=status, outcome="ok" if status < 400 else "err", events=1)
+    verdict = _classify(story)
+    assert verdict.flap_class == "backend-error", verdict.reason
+    assert "refused with HTTP401" in verdict.reason
+    assert verdict.evidence["error_classes"] == ["HTTP401"]
+
+
+def test_a_refusal_retried_past_is_healthy() -> None:
+    story = Story("refused-then-ok")
+    story.ingress()
+    refused = story.llm_start(1, story.request)
+    story.llm_response(6, refused, 5, tokens=None, outcome="err", error_class="HTTP400")
+    call = story.llm_start(7, story.request)
+    story.llm_response(30, call, 23)
+    story.first_byte(31)
+    story.complete(40)
+    verdict = _classify(story)
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert "HTTP400 on the way" in verdict.reason
+
+
+def test_an_in_band_error_says_what_the_calls_did() -> None:
+    story = Story("inband-ok-call")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(20, call, 19)
+    story.first_byte(21)
+    story.event(21, "RUN_ERROR")
+    story.complete(22, events=1)
+    verdict = _classify(story)
+    assert verdict.flap_class == "backend-error", verdict.reason
+    assert "its LLM call answered ok" in verdict.reason
+    assert "failed" not in verdict.reason
+
+
+def test_a_call_that_answered_before_the_client_left_is_not_called_streaming() -> None:
+    story = Story("answered")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(40, call, 39, first_token=10)
+    story.first_byte(12)
+    story.aborted(3000, "rst", cause="client_disconnect")
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "its LLM call had answered" in verdict.reason
+    assert "streaming" not in verdict.reason
+
+
+def test_a_call_left_ending_with_no_ok_call_after_it_is_said_so() -> None:
+    story = Story("cancelled-after-ok")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(20, call, 19)
+    story.first_byte(21)
+    spare = story.llm_start(22, story.request)
+    story.llm_response(30, spare, 8, tokens=None, outcome="err", error_class="CancelledError")
+    story.complete(31)
+    verdict = _classify(story)
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert "CancelledError and no call answered ok after it" in verdict.reason
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "verbose"])
+def test_a_keepalive_first_byte_is_no_sign_of_tokens(debug: bool) -> None:
+    """sse-starlette's ``: ping`` went out while the model was silent; the client gave up."""
+    story = Story("ping-hang")
+    story.ingress()
+    story.first_byte(1, keepalive=True)
+    if debug:
+        story.event(1, "RUN_STARTED")  # not content either
+    call = story.llm_start(2, story.request)
+    for i in range(1, 4):
+        story.heartbeat(2 + i * 250, call, i * 250)
+    story.aborted(1000, "rst", cause="client_disconnect", size=8)
+    story.llm_response(1001, call, 999, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    if not debug:
+        assert "keep-alive comment" in verdict.reason
+
+
+def test_a_late_keepalive_is_not_a_late_first_token() -> None:
+    story = Story("ping-slow")
+    story.ingress()
+    story.first_byte(1500, keepalive=True)
+    call = story.llm_start(2, story.request)
+    story.llm_response(40, call, 38, first_token=10)
+    story.complete(1600)
+    assert _classify(story, timeout=1.0).flap_class == "healthy"
+
+
+# --- what a provider reports inside a 200 body ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"error": {"message": "boom", "type": "server_error", "code": None}}, "ServerError"),
+        ({"error": {"type": "requests", "code": "rate_limit_exceeded"}}, "RateLimitExceeded"),
+        (
+            {"type": "error", "error": {"type": "overloaded_error", "message": "x"}},
+            "OverloadedError",
+        ),
+        ({"type": "error", "code": "invalid_prompt", "message": "x"}, "InvalidPrompt"),
+        (
+            {"type": "response.failed", "response": {"error": {"code": "server_error"}}},
+            "ServerError",
+        ),
+        ({"type": "response.failed", "response": {"error": None}}, "ProviderError"),
+        ({"error": {"message": "no code"}}, "ProviderError"),
+        # Not errors: a Responses object's ``"error": null``, content that says "error".
+        ({"type": "response.completed", "response": {"error": None}}, None),
+        ({"choices": [{"delta": {"content": "error"}}]}, None),
+        ({"error": None}, None),
+    ],
+)
+def test_a_provider_error_in_the_body_is_named(
+    body: dict[str, object], expected: str | None
+) -> None:
+    assert reported_error(body) == expected
+    facts = ResponseFacts()
+    facts.absorb(body)
+    assert facts.error == expected
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=300),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["type", "error", "code", "response", "x"]), _JSON))
+def test_any_body_gives_a_short_exception_like_name_or_none(body: dict[str, object]) -> None:
+    name = reported_error(body)
+    assert name is None or (0 < len(name) <= 64 and name.isalnum())
