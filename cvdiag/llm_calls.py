@@ -65,6 +65,10 @@ class LLMCall(Scope):
     #: to first token (``first_token_delta_ms`` on the heartbeats that follow and the response).
     started_at: float | None = None
     first_chunk_at: float | None = None
+    #: ``time.monotonic()`` at the latest chunk of a streamed response, kept only by an
+    #: instrumented client (which sees every chunk): heartbeats carry it as
+    #: ``last_chunk_delta_ms``, so a stream that went silent mid-way shows it.
+    last_chunk_at: float | None = None
     #: True once the response envelope is emitted.
     ended: bool = False
     #: Set by an instrumented stream dropped unclosed (from a finalizer, which must not take
@@ -139,6 +143,7 @@ class LLMCall(Scope):
                 return False
             # A handle used again for a new call: forget the previous one.
             self.response_token_count = self.first_chunk_at = self.response_facts = None
+            self.last_chunk_at = None
             self.ended = self.orphaned = self._scheduled = False
         ctx = _CURRENT.get() or fresh_context(emitter)
         span = new_span_id()
@@ -237,6 +242,19 @@ class LLMCall(Scope):
     def heartbeat_ended(self) -> bool:
         return self.ended
 
+    def _beat(self, started: float) -> dict[str, Any]:
+        """A heartbeat's metadata. Once tokens flow it says since when (the call is streaming,
+        not waiting) and, from an instrumented client, when the latest chunk came (a stream
+        silent for a whole beat has stalled mid-way)."""
+        metadata: dict[str, Any] = {"elapsed_ms_since_start": elapsed_ms(started)}
+        first = self.time_to_first_chunk_ms
+        if first is not None:
+            metadata["first_token_delta_ms"] = first
+            last = self.last_chunk_at
+            if last is not None:
+                metadata["last_chunk_delta_ms"] = max(0, round((last - started) * 1000))
+        return metadata
+
     def heartbeat(self) -> None:
         if self.orphaned:
             self.finish(error_class="StreamCancelledUnclosed")
@@ -251,17 +269,9 @@ class LLMCall(Scope):
             # also becomes a span event of the call's span.
             token = self._attach_span()
             try:
-                first = self.time_to_first_chunk_ms
                 emitter.emit(
                     "backend.llm.call.heartbeat",
-                    # Once tokens flow, a heartbeat says since when: the call is streaming,
-                    # not waiting.
-                    metadata={"elapsed_ms_since_start": elapsed_ms(started)}
-                    if first is None
-                    else {
-                        "elapsed_ms_since_start": elapsed_ms(started),
-                        "first_token_delta_ms": first,
-                    },
+                    metadata=self._beat(started),
                     context=self._ctx,
                     parent_span_id=self.span_id,
                 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from time import monotonic
 from typing import Any, Final
 
 import orjson
@@ -144,8 +145,10 @@ class Tracker:
         if not chunk:
             return
         call = self.call
-        if call.first_chunk_at is None and self._sse:  # time to first token: streams only
-            call.mark_first_chunk()
+        if self._sse:  # time to first token, and of the latest chunk: streams only
+            call.last_chunk_at = now = monotonic()
+            if call.first_chunk_at is None:
+                call.first_chunk_at = now
         if not self._tracking:
             return
         try:

@@ -206,6 +206,83 @@ def test_a_late_keepalive_is_not_a_late_first_token() -> None:
     assert _classify(story, timeout=1.0).flap_class == "healthy"
 
 
+def _streaming(story: Story, chunks_until: float, *, beats: int = 4) -> str:
+    """A call streaming from +12 ms, its chunks coming until ``chunks_until`` ms after its
+    start; heartbeats every 250 ms say when its latest chunk came."""
+    call = story.llm_start(2, story.request)
+    story.first_byte(12)
+    for i in range(1, beats + 1):
+        elapsed = i * 250
+        story.heartbeat(
+            2 + elapsed, call, elapsed, first_token=10, last_chunk=min(elapsed - 5, chunks_until)
+        )
+    return call
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "verbose"])
+def test_a_stream_gone_silent_mid_way_is_a_stalled_call(debug: bool) -> None:
+    """Three tokens, then the provider said nothing; the client gave up after a second."""
+    story = Story("stall-mid")
+    story.ingress()
+    call = _streaming(story, chunks_until=30)
+    if debug:
+        story.event(12, "TEXT_MESSAGE_CONTENT")
+    story.aborted(1120, "rst", cause="client_disconnect", size=174)
+    story.llm_response(1121, call, 1119, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "then no chunk for 970ms" in verdict.reason
+    assert "stalled mid-way" in verdict.reason
+
+
+@pytest.mark.parametrize("chunks_until", [995, None], ids=["chunks-to-the-end", "no-chunk-times"])
+def test_a_stream_still_flowing_when_the_client_left_is_a_client_abort(
+    chunks_until: float | None,
+) -> None:
+    story = Story("flowing")
+    story.ingress()
+    if chunks_until is None:  # an older writer: heartbeats without last_chunk_delta_ms
+        call = story.llm_start(2, story.request)
+        story.first_byte(12)
+        for i in range(1, 5):
+            story.heartbeat(2 + i * 250, call, i * 250, first_token=10)
+    else:
+        call = _streaming(story, chunks_until=chunks_until)
+    story.aborted(1010, "rst", cause="client_disconnect", size=900)
+    story.llm_response(1011, call, 1009, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "was streaming" in verdict.reason
+
+
+def test_a_client_left_with_no_byte_after_the_call_answered_is_a_busy_backend() -> None:
+    """The LLM answered with a tool call; the tool hung; nothing was sent; the client left."""
+    story = Story("tool-hang")
+    story.ingress()
+    agent = story.agent(1)
+    call = story.llm_start(2, agent)
+    story.llm_response(8, call, 6)
+    story.aborted(1008, "rst", cause="client_disconnect", size=0)
+    story.agent_exit(1009, 1, agent, "cancelled")
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "no byte reached the client in the 1000ms after it" in verdict.reason
+
+
+@pytest.mark.parametrize("case", ["bytes-sent", "no-call", "default-tier"])
+def test_a_client_leaving_is_still_its_own_where_the_backend_was_not_seen_busy(case: str) -> None:
+    story = Story("left")
+    if case != "default-tier":
+        story.ingress()
+    if case == "bytes-sent":  # at the default tier there are no calls and no first byte
+        call = story.llm_start(2, story.request)
+        story.llm_response(8, call, 6)
+    if case == "bytes-sent":
+        story.first_byte(9)
+    story.aborted(1008, "rst", cause="client_disconnect", size=40 if case == "bytes-sent" else 0)
+    assert _classify(story).flap_class == "client-abort"
+
+
 # --- what a provider reports inside a 200 body ------------------------------------------------
 
 

@@ -114,11 +114,25 @@ class Story:
             parent=parent,
         )
 
-    def heartbeat(self, at: float, call: str, elapsed: float) -> str:
+    def heartbeat(
+        self,
+        at: float,
+        call: str,
+        elapsed: float,
+        *,
+        first_token: float | None = None,
+        last_chunk: float | None = None,
+    ) -> str:
+        """``first_token`` and ``last_chunk`` write a streaming call's additive keys."""
+        extra: dict[str, float] = {}
+        if first_token is not None:
+            extra["first_token_delta_ms"] = first_token
+        if last_chunk is not None:
+            extra["last_chunk_delta_ms"] = last_chunk
         return self.emit(
             "backend.llm.call.heartbeat",
             at,
-            metadata={"elapsed_ms_since_start": elapsed},
+            metadata={"elapsed_ms_since_start": elapsed, **extra},
             parent=call,
         )
 

@@ -79,6 +79,10 @@ class Call:
     #: The longest heartbeat wait written before each of those signs.
     waiting_content_ms: float | None = None
     waiting_byte_ms: float | None = None
+    #: Heartbeats of a streaming call that say when its latest chunk came
+    #: (``last_chunk_delta_ms``): each with how long the stream had been quiet then and the
+    #: interval since the beat before. The latest ``KEEP`` are kept.
+    stream_beats: list[tuple[Ref, float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -322,8 +326,14 @@ class Facts:
             call.model = _string(meta.get("model")) or call.model
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
-            call.last_heartbeat = self._ref(record)
+            call.last_heartbeat = beat = self._ref(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
+            last_chunk = number(meta.get("last_chunk_delta_ms"))
+            if elapsed is not None and last_chunk is not None:
+                gap = elapsed - (call.max_elapsed_ms or 0.0)
+                call.stream_beats.append((beat, elapsed - last_chunk, gap))
+                if len(call.stream_beats) > KEEP:
+                    del call.stream_beats[0]
             if elapsed is not None:
                 call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
                 if call.flow_content is None:

@@ -71,11 +71,23 @@ class Context:
         if response is not None and self.offset(response) <= horizon and not call.cut:
             return "answered"  # checked first: a finished call is not "streaming" any more
         first = self.first_token_at(call)
-        if first is not None and first <= horizon:
-            return "flowing"
-        if call.cut and call.tokens and (response is None or self.offset(response) <= horizon):
-            return "flowing"  # a usage count before the cut: tokens had come
+        if (first is not None and first <= horizon) or (
+            # a usage count before the cut: tokens had come
+            call.cut and call.tokens and (response is None or self.offset(response) <= horizon)
+        ):
+            return "waiting" if self.silence(call, end) is not None else "flowing"
         return "waiting"
+
+    def silence(self, call: Call, end: Ref | None) -> tuple[Ref, float] | None:
+        """Where a streaming call had gone silent by ``end``: its latest heartbeat before then
+        says no chunk came for a whole heartbeat interval (``last_chunk_delta_ms``). That
+        beat and how long the stream had been quiet then; None while chunks kept coming."""
+        horizon = self.offset(end) if end is not None else float("inf")
+        before = [beat for beat in call.stream_beats if self.offset(beat[0]) <= horizon]
+        if not before:
+            return None
+        beat, quiet, interval = before[-1]
+        return (beat, quiet) if interval > 0 and quiet >= interval else None
 
 
 # --- provider failures ----------------------------------------------------------------------

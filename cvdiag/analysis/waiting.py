@@ -47,9 +47,9 @@ def stalled(ctx: Context) -> Finding:
     # A call cut by a timeout and reported in-band, or with no call answering at all, leaves
     # a request that "completed ok" without an answer: the wait is still what happened.
     unanswered = not any(c.ok for c in f.calls.values())
-    if not waiting or not (
-        f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered
-    ):
+    if not waiting:
+        return _busy(ctx)
+    if not (f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered):
         return found
     call = waiting[0]
     start = ctx.started(call)
@@ -57,7 +57,16 @@ def stalled(ctx: Context) -> Finding:
     beats = ""
     if call.heartbeats:
         beats = f" ({call.heartbeats} heartbeats, the last at {ms(call.max_elapsed_ms)})"
-    if f.first_byte is None:
+    fate = _fate(ctx, call, end)
+    silent = ctx.silence(call, end)
+    if silent is not None:
+        beat, quiet = silent
+        fate = (
+            f"streamed its first tokens, then no chunk for {ms(quiet)}"
+            f" (heartbeat at {ctx.at(beat)})"
+        )
+        client = "the stream stalled mid-way"
+    elif f.first_byte is None:
         client = "no byte reached the client"
     elif f.keepalive_first and call.flow(f.tier) is None:
         client = "the first byte was a keep-alive comment, and no sign of its tokens followed"
@@ -67,11 +76,40 @@ def stalled(ctx: Context) -> Finding:
         client = "no sign of its tokens reached the stream"
     ending, end_refs = request_end(ctx)
     found.add(
-        f"LLM call {call.label}{started}{beats} {_fate(ctx, call, end)}, and {client}: {ending}",
+        f"LLM call {call.label}{started}{beats} {fate}, and {client}: {ending}",
         [*call.refs(), *end_refs],
         llm_call=call.to_json(),
         first_byte_ms=f.first_byte[0] if f.first_byte else None,
         waiting_calls=len(waiting),
+    )
+    return found
+
+
+def _busy(ctx: Context) -> Finding:
+    """The client left having got no byte at all, after the LLM calls had answered: the
+    backend kept it waiting on something else (a tool, retrieval, its own processing). Only
+    where the log shows the first byte (the verbose tier), so "no byte" is known, not assumed."""
+    f, found = ctx.facts, Finding()
+    if f.tier < Tier.VERBOSE or f.first_byte is not None or not f.client_aborts:
+        return found
+    abort = f.client_aborts[0]
+    if abort.bytes_before not in (0, None):
+        return found
+    answered = [c for c in f.calls.values() if ctx.state(c, abort.ref) == "answered" and c.ok]
+    if not answered:
+        return found
+    call = max(answered, key=lambda c: c.response.key if c.response is not None else ())
+    assert call.response is not None
+    quiet = ctx.offset(abort.ref) - ctx.offset(call.response)
+    ending, end_refs = request_end(ctx)
+    found.add(
+        f"LLM call {call.label} answered at {ctx.at(call.response)}, yet no byte reached the"
+        f" client in the {ms(quiet)} after it: the backend was still at work (a tool,"
+        f" retrieval, its own processing) when the client left: {ending}",
+        [*call.refs(), *end_refs],
+        llm_call=call.to_json(),
+        first_byte_ms=None,
+        quiet_after_answer_ms=round(quiet, 3),
     )
     return found
 
