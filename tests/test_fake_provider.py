@@ -120,7 +120,7 @@ def _read_messages(client: anthropic.Anthropic, prompt: Any, texts: list[str]) -
         texts.extend(stream.text_stream)
 
 
-PROMPT_HELLO = [{"role": "user", "content": "hello"}]
+PROMPT_HELLO: Any = [{"role": "user", "content": "hello"}]
 
 
 def test_fail_mid_answers_200_then_reports_the_providers_own_error(
