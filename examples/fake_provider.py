@@ -27,6 +27,12 @@ body (put it in the user's message: it reaches the provider through any app) or 
     seconds, then answer normally).
 ``[fake:stall=1.5]``
     hold the answer 1.5 s, then answer normally: a slow first token.
+``[fake:fail-mid]``
+    a streamed answer starts (HTTP 200, one word of content), then the provider reports its own
+    in-band error and ends the stream: Chat Completions' ``data: {"error": {..."type":
+    "server_error"...}}``, Anthropic's ``event: error`` (``overloaded_error``), the Responses
+    API's ``response.failed`` (``server_error``). The failure no status code shows; an answer
+    asked for without ``stream`` comes whole.
 
 Knobs (attributes, changeable between requests, for every request): ``first_byte_delay`` and
 ``chunk_delay`` (seconds), ``fail_status`` (answer every request with this HTTP error status).
@@ -51,8 +57,11 @@ from starlette.routing import Route
 PROMPT_TOKENS = 7
 #: Every answer's ``created`` time: the same bytes for the same request.
 CREATED = 1_700_000_000
-#: ``[fake:500]``, ``[fake:stall]``, ``[fake:stall=1.5]`` in a request body (see the module doc).
-DIRECTIVE = re.compile(rb"\[fake:(?:([45]\d\d)|stall(?:=(\d+(?:\.\d+)?))?)\]")
+#: ``[fake:500]``, ``[fake:stall]``, ``[fake:stall=1.5]``, ``[fake:fail-mid]`` in a request body
+#: (see the module doc).
+DIRECTIVE = re.compile(rb"\[fake:(?:([45]\d\d)|stall(?:=(\d+(?:\.\d+)?))?|(fail-mid))\]")
+#: The message of every in-band error ``[fake:fail-mid]`` sends.
+FAIL_MID_MESSAGE = "fake failure mid-stream"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +114,9 @@ class FakeProvider:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _seen(self, request: Request) -> tuple[dict[str, Any], int | None]:
-        """Record the request, play its stall or delay; returns its body and the error status it
-        asked for (if any)."""
+    async def _seen(self, request: Request) -> tuple[dict[str, Any], int | None, bool]:
+        """Record the request, play its stall or delay; returns its body, the error status it
+        asked for (if any) and whether it asked to fail mid-stream."""
         raw = await request.body()
         body = json.loads(raw)
         with self._lock:
@@ -122,17 +131,19 @@ class FakeProvider:
             )
         header = request.headers.get("x-fake-provider")
         found = DIRECTIVE.search(f"[fake:{header}]".encode() if header else raw)
-        status, stall = None, None
+        status, stall, fail_mid = None, None, False
         if found is not None:
             if found.group(1):
                 status = int(found.group(1))
+            elif found.group(3):
+                fail_mid = True
             else:
                 stall = float(found.group(2)) if found.group(2) else self.stall_limit
         if stall is not None:
             await self._stall(request, stall)
         if self.first_byte_delay:
             await asyncio.sleep(self.first_byte_delay)
-        return dict(body), status
+        return dict(body), status, fail_mid
 
     async def _stall(self, request: Request, seconds: float) -> None:
         """Send nothing for ``seconds``, or until the caller hangs up."""
@@ -162,7 +173,7 @@ class FakeProvider:
     # -- OpenAI ---------------------------------------------------------------------------------
 
     async def _chat(self, request: Request) -> Response:
-        body, status = await self._seen(request)
+        body, status, fail_mid = await self._seen(request)
         failure = self._failure(status)
         if failure is not None:
             return failure
@@ -205,6 +216,11 @@ class FakeProvider:
             return f"data: {json.dumps(data)}\n\n"
 
         frames = [chunk({"role": "assistant", "content": ""}, None)]
+        if fail_mid:  # one word, then the error object OpenAI sends in a failing stream
+            error = {"message": FAIL_MID_MESSAGE, "type": "server_error", "param": None}
+            frames.append(chunk({"content": f"{self.words[0]} "}, None))
+            frames.append(f"data: {json.dumps({'error': {**error, 'code': None}})}\n\n")
+            return self._stream(frames)
         frames += [chunk({"content": f"{word} "}, None) for word in self.words]
         frames.append(chunk({}, "stop"))
         if include_usage:
@@ -221,7 +237,7 @@ class FakeProvider:
         return self._stream(frames)
 
     async def _embeddings(self, request: Request) -> Response:
-        body, status = await self._seen(request)
+        body, status, _ = await self._seen(request)
         failure = self._failure(status)
         if failure is not None:
             return failure
@@ -237,7 +253,7 @@ class FakeProvider:
     # -- OpenAI Responses API ---------------------------------------------------------------
 
     async def _responses(self, request: Request) -> Response:
-        body, status = await self._seen(request)
+        body, status, fail_mid = await self._seen(request)
         failure = self._failure(status)
         if failure is not None:
             return failure
@@ -278,13 +294,19 @@ class FakeProvider:
 
         pending = {**response, "status": "in_progress", "output": [], "usage": None}
         frames = [event("response.created", {"response": pending})]
+        words = self.words[:1] if fail_mid else self.words
         frames += [
             event(
                 "response.output_text.delta",
                 {"item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": word},
             )
-            for word in self.words
+            for word in words
         ]
+        if fail_mid:  # the Responses API's own end for a response that failed
+            error = {"code": "server_error", "message": FAIL_MID_MESSAGE}
+            failed = {**pending, "status": "failed", "error": error}
+            frames.append(event("response.failed", {"response": failed}))
+            return self._stream(frames)
         frames.append(event("response.completed", {"response": response}))
         return self._stream(frames)
 
@@ -318,7 +340,7 @@ class FakeProvider:
     # -- Anthropic ------------------------------------------------------------------------------
 
     async def _messages(self, request: Request) -> Response:
-        body, status = await self._seen(request)
+        body, status, fail_mid = await self._seen(request)
         failure = self._failure(status)
         if failure is not None:
             return failure
@@ -352,13 +374,18 @@ class FakeProvider:
             ),
             event("ping", {}),
         ]
+        words = self.words[:1] if fail_mid else self.words
         frames += [
             event(
                 "content_block_delta",
                 {"index": 0, "delta": {"type": "text_delta", "text": f"{word} "}},
             )
-            for word in self.words
+            for word in words
         ]
+        if fail_mid:  # Anthropic's in-band error event, as it sends when overloaded mid-answer
+            overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+            frames.append(event("error", {"error": overloaded}))
+            return self._stream(frames)
         frames += [
             event("content_block_stop", {"index": 0}),
             event(
@@ -391,8 +418,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m examples.fake_provider",
         description="A deterministic OpenAI- and Anthropic-compatible provider on 127.0.0.1."
-        " Put [fake:500], [fake:429], [fake:stall] or [fake:stall=SECONDS] in a message (or"
-        " the same without brackets in an x-fake-provider header) to get that failure.",
+        " Put [fake:500], [fake:429], [fake:stall], [fake:stall=SECONDS] or [fake:fail-mid] in a"
+        " message (or the same without brackets in an x-fake-provider header) to get that"
+        " failure.",
     )
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--reply", default=FakeProvider().reply, help="the answer, word by word")

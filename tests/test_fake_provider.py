@@ -7,6 +7,7 @@ tests/test_httpx.py, tests/test_llm_sdks.py and tests/test_stories.py exercise.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from examples.fake_provider import CREATED, FakeProvider, serve_fake_provider
+from examples.fake_provider import CREATED, FAIL_MID_MESSAGE, FakeProvider, serve_fake_provider
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +106,69 @@ def test_every_error_status_can_be_asked_for(
     answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=10)
     assert answer.status_code == status
     assert answer.json()["error"]["type"] == "fake_error"
+
+
+def _read_chat(client: openai.OpenAI, prompt: Any, words: list[str]) -> None:
+    """Stream a chat answer into ``words``: what came before an error stays there."""
+    for chunk in client.chat.completions.create(model="gpt-test", messages=prompt, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            words.append(chunk.choices[0].delta.content)
+
+
+def _read_messages(client: anthropic.Anthropic, prompt: Any, texts: list[str]) -> None:
+    with client.messages.stream(model="claude-test", max_tokens=16, messages=prompt) as stream:
+        texts.extend(stream.text_stream)
+
+
+PROMPT_HELLO: Any = [{"role": "user", "content": "hello"}]
+
+
+def test_fail_mid_answers_200_then_reports_the_providers_own_error(
+    served: tuple[FakeProvider, str],
+) -> None:
+    _, url = served
+    prompt = [{"role": "user", "content": "hello [fake:fail-mid]"}]
+    # Chat Completions: one word, then the error object the SDK raises as an APIError.
+    words: list[str] = []
+    with pytest.raises(openai.APIError) as chat_error:
+        _read_chat(chat_client(url), prompt, words)
+    assert words == ["deterministic "]
+    assert chat_error.value.body == {
+        "message": FAIL_MID_MESSAGE,
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    # Anthropic Messages: its ``event: error``, overloaded.
+    messages = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+    texts: list[str] = []
+    with pytest.raises(anthropic.APIStatusError) as anthropic_error:
+        _read_messages(messages, prompt, texts)
+    assert texts == ["deterministic "]
+    assert anthropic_error.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+    # The Responses API: a ``response.failed`` event ends the stream, no ``response.completed``.
+    events = list(
+        chat_client(url).responses.create(
+            model="gpt-test", input="hello [fake:fail-mid]", stream=True
+        )
+    )
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.output_text.delta",
+        "response.failed",
+    ]
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert failed.status == "failed"
+    assert failed.error is not None
+    assert (failed.error.code, failed.error.message) == ("server_error", FAIL_MID_MESSAGE)
+    # Not streamed, the answer comes whole; and the header asks for it as the message does.
+    assert ask(chat_client(url), "hello [fake:fail-mid]") == "deterministic words"
+    header = {"x-fake-provider": "fail-mid"}
+    stream = chat_client(url).chat.completions.create(
+        model="gpt-test", messages=PROMPT_HELLO, stream=True, extra_headers=header
+    )
+    with pytest.raises(openai.APIError):
+        list(stream)  # the SDK reads the stream lazily: the error comes as it is read
