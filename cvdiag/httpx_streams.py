@@ -27,13 +27,13 @@ class _SyncStream:
     def __iter__(self) -> Iterator[bytes]:
         tracker = self._tracker
         tracker.reader = threading.get_ident()
-        tracker.reading = True
+        tracker.waiting()
         try:
             for chunk in self._stream:
-                tracker.reading = False
+                tracker.got_chunk()
                 tracker.feed(chunk)
                 yield chunk
-                tracker.reading = True
+                tracker.waiting()
         except GeneratorExit:
             # The consumer dropped the iterator. This may run inside the garbage collector, on
             # any thread (even one holding this call's lock), so it only flags the call: a
@@ -83,13 +83,13 @@ class _AsyncStream:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         tracker = self._tracker
         tracker.reader = current_task()
-        tracker.reading = True
+        tracker.waiting()
         try:
             async for chunk in self._stream:
-                tracker.reading = False
+                tracker.got_chunk()
                 tracker.feed(chunk)
                 yield chunk
-                tracker.reading = True
+                tracker.waiting()
         except GeneratorExit:  # closed by the consumer or by the loop's finalizer: a task
             tracker.finish(early=True)
             raise

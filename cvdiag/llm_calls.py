@@ -65,10 +65,11 @@ class LLMCall(Scope):
     #: to first token (``first_token_delta_ms`` on the heartbeats that follow and the response).
     started_at: float | None = None
     first_chunk_at: float | None = None
-    #: ``time.monotonic()`` at the latest chunk of a streamed response, kept only by an
-    #: instrumented client (which sees every chunk): heartbeats carry it as
-    #: ``last_chunk_delta_ms``, so a stream that went silent mid-way shows it.
-    last_chunk_at: float | None = None
+    #: ``time.monotonic()`` when an instrumented stream began waiting on the network for its
+    #: next chunk (None while the app holds the chunk it got): heartbeats carry the wait as
+    #: ``chunk_wait_ms``, so a provider gone silent mid-stream shows, and an app slow to
+    #: consume a buffered stream does not.
+    chunk_wait_since: float | None = None
     #: True once the response envelope is emitted.
     ended: bool = False
     #: Set by an instrumented stream dropped unclosed (from a finalizer, which must not take
@@ -143,7 +144,7 @@ class LLMCall(Scope):
                 return False
             # A handle used again for a new call: forget the previous one.
             self.response_token_count = self.first_chunk_at = self.response_facts = None
-            self.last_chunk_at = None
+            self.chunk_wait_since = None
             self.ended = self.orphaned = self._scheduled = False
         ctx = _CURRENT.get() or fresh_context(emitter)
         span = new_span_id()
@@ -244,15 +245,15 @@ class LLMCall(Scope):
 
     def _beat(self, started: float) -> dict[str, Any]:
         """A heartbeat's metadata. Once tokens flow it says since when (the call is streaming,
-        not waiting) and, from an instrumented client, when the latest chunk came (a stream
-        silent for a whole beat has stalled mid-way)."""
+        not waiting) and, from an instrumented client whose stream is waiting on the network,
+        for how long (a whole beat of waiting: the provider went silent mid-way)."""
         metadata: dict[str, Any] = {"elapsed_ms_since_start": elapsed_ms(started)}
         first = self.time_to_first_chunk_ms
         if first is not None:
             metadata["first_token_delta_ms"] = first
-            last = self.last_chunk_at
-            if last is not None:
-                metadata["last_chunk_delta_ms"] = max(0, round((last - started) * 1000))
+            since = self.chunk_wait_since
+            if since is not None:
+                metadata["chunk_wait_ms"] = max(0, round((time.monotonic() - since) * 1000))
         return metadata
 
     def heartbeat(self) -> None:

@@ -140,15 +140,24 @@ class Tracker:
             self._decoder = None
             self._tracking = False
 
+    def waiting(self) -> None:
+        """A read of the body begins: from now the stream waits on the network."""
+        self.reading = True
+        if self._sse:
+            self.call.chunk_wait_since = monotonic()
+
+    def got_chunk(self) -> None:
+        """The read returned a chunk: the app holds it, nobody waits on the network."""
+        self.reading = False
+        self.call.chunk_wait_since = None
+
     def feed(self, chunk: bytes) -> None:
         """One chunk of the raw body. Never raises: a failure only stops the usage reading."""
         if not chunk:
             return
         call = self.call
-        if self._sse:  # time to first token, and of the latest chunk: streams only
-            call.last_chunk_at = now = monotonic()
-            if call.first_chunk_at is None:
-                call.first_chunk_at = now
+        if call.first_chunk_at is None and self._sse:  # time to first token: streams only
+            call.first_chunk_at = monotonic()
         if not self._tracking:
             return
         try:
@@ -266,6 +275,7 @@ class Tracker:
             return
         self.done = True
         call = self.call
+        call.chunk_wait_since = None  # a hand-written call may go on: this stream waits no more
         try:
             if self._tracking and not self._sse:
                 self._read_body()

@@ -208,14 +208,13 @@ def test_a_late_keepalive_is_not_a_late_first_token() -> None:
 
 def _streaming(story: Story, chunks_until: float, *, beats: int = 4) -> str:
     """A call streaming from +12 ms, its chunks coming until ``chunks_until`` ms after its
-    start; heartbeats every 250 ms say when its latest chunk came."""
+    start; heartbeats every 250 ms say how long the stream had waited on the provider then."""
     call = story.llm_start(2, story.request)
     story.first_byte(12)
     for i in range(1, beats + 1):
         elapsed = i * 250
-        story.heartbeat(
-            2 + elapsed, call, elapsed, first_token=10, last_chunk=min(elapsed - 5, chunks_until)
-        )
+        wait = elapsed - chunks_until if elapsed > chunks_until else None  # None: a chunk held
+        story.heartbeat(2 + elapsed, call, elapsed, first_token=10, chunk_wait=wait)
     return call
 
 
@@ -231,7 +230,7 @@ def test_a_stream_gone_silent_mid_way_is_a_stalled_call(debug: bool) -> None:
     story.llm_response(1121, call, 1119, tokens=None, outcome="err", error_class="CancelledError")
     verdict = _classify(story)
     assert verdict.flap_class == "stalled-backend", verdict.reason
-    assert "then no chunk for 970ms" in verdict.reason
+    assert "then waited 970ms for the next chunk" in verdict.reason
     assert "stalled mid-way" in verdict.reason
 
 
@@ -241,7 +240,7 @@ def test_a_stream_still_flowing_when_the_client_left_is_a_client_abort(
 ) -> None:
     story = Story("flowing")
     story.ingress()
-    if chunks_until is None:  # an older writer: heartbeats without last_chunk_delta_ms
+    if chunks_until is None:  # an older writer, or a hand-written call: no chunk_wait_ms
         call = story.llm_start(2, story.request)
         story.first_byte(12)
         for i in range(1, 5):

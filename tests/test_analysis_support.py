@@ -121,14 +121,14 @@ class Story:
         elapsed: float,
         *,
         first_token: float | None = None,
-        last_chunk: float | None = None,
+        chunk_wait: float | None = None,
     ) -> str:
-        """``first_token`` and ``last_chunk`` write a streaming call's additive keys."""
+        """``first_token`` and ``chunk_wait`` write a streaming call's additive keys."""
         extra: dict[str, float] = {}
         if first_token is not None:
             extra["first_token_delta_ms"] = first_token
-        if last_chunk is not None:
-            extra["last_chunk_delta_ms"] = last_chunk
+        if chunk_wait is not None:
+            extra["chunk_wait_ms"] = chunk_wait
         return self.emit(
             "backend.llm.call.heartbeat",
             at,

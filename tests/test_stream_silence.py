@@ -1,6 +1,7 @@
-"""A streamed LLM call's heartbeats say when its latest chunk came (``last_chunk_delta_ms``), so
-a stream that went silent mid-way shows in the log. Real uvicorn provider, real httpx and httpx2
-clients instrumented by ``instrument_httpx``."""
+"""A streamed LLM call's heartbeats say how long its stream has waited on the provider for the
+next chunk (``chunk_wait_ms``), so a provider gone silent mid-stream shows in the log, and an
+app slow to consume what the provider already sent does not. Real uvicorn provider, real httpx
+and httpx2 clients instrumented by ``instrument_httpx``."""
 
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ BEAT_S = 0.05
 
 
 async def _chat(request: Request) -> StreamingResponse:
+    pause = float(request.query_params.get("pause", PAUSE_S))
+
     async def frames() -> AsyncIterator[bytes]:
         for word in ("Hel", "lo"):
             yield b'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % word.encode()
-        await asyncio.sleep(PAUSE_S)  # the provider goes quiet mid-stream
+        await asyncio.sleep(pause)  # the provider goes quiet mid-stream
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(frames(), media_type="text/event-stream")
@@ -38,51 +41,61 @@ async def _chat(request: Request) -> StreamingResponse:
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[str]:
-    with serve_uvicorn(
-        Starlette(routes=[Route("/v1/chat/completions", _chat, methods=["POST"])])
-    ) as url:
+    app = Starlette(routes=[Route("/v1/chat/completions", _chat, methods=["POST"])])
+    with serve_uvicorn(app) as url:
         yield url
 
 
-def _beats(events: CvdiagEvents) -> list[dict[str, Any]]:
-    return [dict(e["metadata"]) for e in events.of("backend.llm.call.heartbeat")]
+def _streaming_beats(events: CvdiagEvents) -> list[dict[str, Any]]:
+    beats = [dict(e["metadata"]) for e in events.of("backend.llm.call.heartbeat")]
+    return [b for b in beats if "first_token_delta_ms" in b]
 
 
-@pytest.mark.parametrize("library", [httpx, httpx2], ids=["httpx", "httpx2"])
-def test_heartbeats_show_a_stream_gone_quiet(
-    cvdiag_events: CvdiagEvents, provider: str, library: Any
-) -> None:
-    events = cvdiag_events("verbose", heartbeat_interval=BEAT_S)
+def _read(library: Any, provider: str, *, pause: float, consume_s: float = 0.0) -> None:
     host = provider.removeprefix("http://")
 
     async def read() -> None:
         async with instrument_httpx(library.AsyncClient(), llm_hosts={host: "openai"}) as client:
             body = {"model": "m", "stream": True, "messages": []}
-            async with client.stream("POST", f"{provider}/v1/chat/completions", json=body) as r:
-                async for _ in r.aiter_bytes():
-                    pass
+            url = f"{provider}/v1/chat/completions?pause={pause}"
+            async with client.stream("POST", url, json=body) as response:
+                async for _ in response.aiter_bytes():
+                    await asyncio.sleep(consume_s)  # the app's own work on each chunk
 
     asyncio.run(read())
+
+
+@pytest.mark.parametrize("library", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_heartbeats_show_a_provider_gone_quiet(
+    cvdiag_events: CvdiagEvents, provider: str, library: Any
+) -> None:
+    events = cvdiag_events("verbose", heartbeat_interval=BEAT_S)
+    _read(library, provider, pause=PAUSE_S)
     (answer,) = events.of("backend.llm.call.response")
     assert answer["outcome"] == "ok"
-    streaming = [b for b in _beats(events) if "first_token_delta_ms" in b]
-    assert len(streaming) >= 3, _beats(events)
-    for beat in streaming:
-        assert beat["first_token_delta_ms"] <= beat["last_chunk_delta_ms"]
-        assert beat["last_chunk_delta_ms"] <= beat["elapsed_ms_since_start"]
-    # Inside the pause the latest chunk stays where it was while the beats go on.
-    quiet = [
-        b
-        for b in streaming
-        if b["elapsed_ms_since_start"] - b["last_chunk_delta_ms"] >= BEAT_S * 1000
-    ]
-    assert len({b["last_chunk_delta_ms"] for b in quiet}) == 1, streaming
-    assert len(quiet) >= 2, streaming
+    waits = [b["chunk_wait_ms"] for b in _streaming_beats(events) if "chunk_wait_ms" in b]
+    # Beats inside the pause see one read waiting longer and longer, past a whole interval.
+    assert len(waits) >= 3, _streaming_beats(events)
+    assert waits == sorted(waits)
+    assert waits[-1] >= BEAT_S * 1000 * 2
 
 
-def test_a_hand_marked_first_chunk_claims_no_latest_chunk(cvdiag_events: CvdiagEvents) -> None:
-    """Only an instrumented client sees every chunk: a hand-written stream that marks its first
-    chunk must not look silent from then on."""
+@pytest.mark.parametrize("library", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_an_app_slow_to_consume_is_no_silent_provider(
+    cvdiag_events: CvdiagEvents, provider: str, library: Any
+) -> None:
+    """Everything arrives at once; the app spends a while on each chunk: nothing waits on the
+    network, so no beat may claim the provider went quiet."""
+    events = cvdiag_events("verbose", heartbeat_interval=BEAT_S)
+    _read(library, provider, pause=0.0, consume_s=PAUSE_S)
+    beats = _streaming_beats(events)
+    assert beats, "the app's pauses span several beats"
+    assert all(b.get("chunk_wait_ms", 0) < BEAT_S * 1000 for b in beats), beats
+
+
+def test_a_hand_marked_first_chunk_claims_no_wait(cvdiag_events: CvdiagEvents) -> None:
+    """Only an instrumented client sees each read: a hand-written stream that marks its first
+    chunk never says it waits on the network."""
     events = cvdiag_events("verbose", heartbeat_interval=BEAT_S)
 
     async def stream_by_hand() -> None:
@@ -91,7 +104,6 @@ def test_a_hand_marked_first_chunk_claims_no_latest_chunk(cvdiag_events: CvdiagE
             await asyncio.sleep(BEAT_S * 4)
 
     asyncio.run(stream_by_hand())
-    beats = _beats(events)
+    beats = _streaming_beats(events)
     assert beats
-    assert all("first_token_delta_ms" in b for b in beats), beats
-    assert not any("last_chunk_delta_ms" in b for b in beats)
+    assert not any("chunk_wait_ms" in b for b in beats)

@@ -79,9 +79,9 @@ class Call:
     #: The longest heartbeat wait written before each of those signs.
     waiting_content_ms: float | None = None
     waiting_byte_ms: float | None = None
-    #: Heartbeats of a streaming call that say when its latest chunk came
-    #: (``last_chunk_delta_ms``): each with how long the stream had been quiet then and the
-    #: interval since the beat before. The latest ``KEEP`` are kept.
+    #: Heartbeats of a streaming call (``first_token_delta_ms``), each with how long its stream
+    #: had been waiting on the provider then (``chunk_wait_ms``; 0 when absent: the app held a
+    #: chunk) and the interval since the beat before. The latest ``KEEP`` are kept.
     stream_beats: list[tuple[Ref, float, float]] = dataclasses.field(default_factory=list)
 
     @property
@@ -328,10 +328,9 @@ class Facts:
             call.heartbeats += 1
             call.last_heartbeat = beat = self._ref(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
-            last_chunk = number(meta.get("last_chunk_delta_ms"))
-            if elapsed is not None and last_chunk is not None:
+            if elapsed is not None and meta.get("first_token_delta_ms") is not None:
                 gap = elapsed - (call.max_elapsed_ms or 0.0)
-                call.stream_beats.append((beat, elapsed - last_chunk, gap))
+                call.stream_beats.append((beat, number(meta.get("chunk_wait_ms")) or 0.0, gap))
                 if len(call.stream_beats) > KEEP:
                     del call.stream_beats[0]
             if elapsed is not None:

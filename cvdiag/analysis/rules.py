@@ -80,8 +80,8 @@ class Context:
 
     def silence(self, call: Call, end: Ref | None) -> tuple[Ref, float] | None:
         """Where a streaming call had gone silent by ``end``: its latest heartbeat before then
-        says no chunk came for a whole heartbeat interval (``last_chunk_delta_ms``). That
-        beat and how long the stream had been quiet then; None while chunks kept coming."""
+        says its stream had waited on the provider for a whole heartbeat interval
+        (``chunk_wait_ms``). That beat and the wait; None while chunks kept coming."""
         horizon = self.offset(end) if end is not None else float("inf")
         before = [beat for beat in call.stream_beats if self.offset(beat[0]) <= horizon]
         if not before:

@@ -62,7 +62,7 @@ def stalled(ctx: Context) -> Finding:
     if silent is not None:
         beat, quiet = silent
         fate = (
-            f"streamed its first tokens, then no chunk for {ms(quiet)}"
+            f"streamed its first tokens, then waited {ms(quiet)} for the next chunk"
             f" (heartbeat at {ctx.at(beat)})"
         )
         client = "the stream stalled mid-way"
