@@ -90,7 +90,11 @@ class WebSocketExchange(Exchange):
                 self.abort("chunk_error", "app_error")
         elif kind == "disconnect" or self.disconnected or self.send_error is not None:
             code = self.close_code
-            if code is None or code in _WS_NO_STATUS or self.send_error is not None:
+            if self.send_error is not None and code is None:
+                # Found gone only when a send failed: an app busy (on its model) does not
+                # receive, so when the client left is unknown, only that it was before this.
+                self.abort("rst", "send_failed")
+            elif code is None or code in _WS_NO_STATUS or self.send_error is not None:
                 self.abort("rst", "client_disconnect")  # no close frame: the peer dropped
             elif self.state.turn_cut:
                 self.abort("fin_premature", "client_close")  # closed cleanly, mid-turn

@@ -329,3 +329,39 @@ _JSON = st.recursive(
 def test_any_body_gives_a_short_exception_like_name_or_none(body: dict[str, object]) -> None:
     name = reported_error(body)
     assert name is None or (0 < len(name) <= 64 and name.isalnum())
+
+
+# --- a WebSocket client found gone only at the app's next send ---------------------------------
+
+
+def _asked_over_websocket(abort_at: float, cause: str) -> Story:
+    """Turn 2 of a WebSocket chat: the call kept the backend waiting a second (heartbeats every
+    250 ms) and answered at +1010 ms; the app's send found the client gone at ``abort_at``."""
+    story = Story("ws-gone")
+    story.ingress()
+    story.first_byte(1)  # turn 1's answer
+    call = story.llm_start(2, story.request)
+    for i in range(1, 5):
+        story.heartbeat(2 + i * 250, call, i * 250)
+    story.llm_response(1010, call, 1008)
+    story.aborted(abort_at, "rst", cause=cause, size=36)
+    return story
+
+
+def test_a_client_found_gone_at_the_send_after_a_wait_is_a_stall() -> None:
+    verdict = _classify(_asked_over_websocket(1012, "send_failed"))
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "kept the backend waiting 1000ms (4 heartbeats)" in verdict.reason
+    assert "found gone at the next send" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("abort_at", "cause"),
+    [(5000, "send_failed"), (1012, "client_disconnect")],
+    ids=["sent-long-after", "seen-leaving"],
+)
+def test_a_client_seen_leaving_or_found_gone_much_later_is_a_client_abort(
+    abort_at: float, cause: str
+) -> None:
+    verdict = _classify(_asked_over_websocket(abort_at, cause))
+    assert verdict.flap_class == "client-abort", verdict.reason

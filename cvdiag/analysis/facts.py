@@ -83,6 +83,10 @@ class Call:
     #: had been waiting on the provider then (``chunk_wait_ms``; 0 when absent: the app held a
     #: chunk) and the interval since the beat before. The latest ``KEEP`` are kept.
     stream_beats: list[tuple[Ref, float, float]] = dataclasses.field(default_factory=list)
+    #: Heartbeats written before the call's first token (no ``first_token_delta_ms``), and the
+    #: longest wait they report: how long the call kept the backend waiting on its model.
+    beats_before_token: int = 0
+    waited_before_token_ms: float | None = None
 
     @property
     def label(self) -> str:
@@ -328,6 +332,9 @@ class Facts:
             call.heartbeats += 1
             call.last_heartbeat = beat = self._ref(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
+            if elapsed is not None and meta.get("first_token_delta_ms") is None:
+                call.beats_before_token += 1
+                call.waited_before_token_ms = max(elapsed, call.waited_before_token_ms or 0.0)
             if elapsed is not None and meta.get("first_token_delta_ms") is not None:
                 gap = elapsed - (call.max_elapsed_ms or 0.0)
                 call.stream_beats.append((beat, number(meta.get("chunk_wait_ms")) or 0.0, gap))

@@ -48,7 +48,8 @@ def stalled(ctx: Context) -> Finding:
     # a request that "completed ok" without an answer: the wait is still what happened.
     unanswered = not any(c.ok for c in f.calls.values())
     if not waiting:
-        return _busy(ctx)
+        found = _found_gone(ctx)
+        return found if found.reasons else _busy(ctx)
     if not (f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered):
         return found
     call = waiting[0]
@@ -82,6 +83,41 @@ def stalled(ctx: Context) -> Finding:
         first_byte_ms=f.first_byte[0] if f.first_byte else None,
         waiting_calls=len(waiting),
     )
+    return found
+
+
+def _found_gone(ctx: Context) -> Finding:
+    """A WebSocket app busy on its model does not receive, so a client that left is found
+    gone only when the app next sends (``send_failed``). When that failed send came within one
+    heartbeat interval of the answer to a call that had kept the backend waiting a whole
+    interval or more, the client left while the backend waited, or just after: a stall."""
+    f, found = ctx.facts, Finding()
+    gone = [a for a in f.client_aborts if a.termination.cause == "send_failed"]
+    if not gone:
+        return found
+    abort = gone[0]
+    at = ctx.offset(abort.ref)
+    for call in f.calls.values():
+        waited, beats = call.waited_before_token_ms, call.beats_before_token
+        if not beats or not waited:
+            continue
+        sign = ctx.first_token_at(call)
+        what = "its first token"
+        if sign is None and call.response is not None and not call.cut:
+            sign, what = ctx.offset(call.response), "it answered"
+        interval = waited / beats  # beats come at whole intervals from the call's start
+        if sign is None or not 0 <= at - sign <= interval:
+            continue
+        ending, end_refs = request_end(ctx)
+        found.add(
+            f"LLM call {call.label} kept the backend waiting {ms(waited)} ({beats} heartbeats)"
+            f" before {what} at +{sign:.0f} ms, and the client was found gone at the next"
+            f" send: {ending}; it left while the backend waited, or just after",
+            [*call.refs(), *end_refs],
+            llm_call=call.to_json(),
+            found_gone_ms=round(at - sign, 3),
+        )
+        return found
     return found
 
 

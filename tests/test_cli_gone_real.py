@@ -1,0 +1,181 @@
+"""Two stalls a client only sees as silence, end to end: a real uvicorn server, the real
+``openai`` SDK (instrumented) against a provider, a real client that gives up, and
+``cvdiag classify`` run as a subprocess on the log.
+
+- A provider that goes quiet after its first tokens: the stream's heartbeats say how long it
+  waited on the network (``chunk_wait_ms``), so the verdict is a stall, not the client's doing.
+- A WebSocket app waiting on its model does not receive, so a client that closed is found gone
+  only at the app's next send (``send_failed``): the wait that preceded it is named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx2 = pytest.importorskip("httpx2")
+
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response, StreamingResponse  # noqa: E402
+from starlette.routing import Route, WebSocketRoute  # noqa: E402
+from starlette.websockets import WebSocket, WebSocketDisconnect  # noqa: E402
+from websockets.sync.client import connect  # noqa: E402
+
+from cvdiag import (  # noqa: E402
+    CvdiagMiddleware,
+    FileSink,
+    MemorySink,
+    Settings,
+    Tier,
+    configure,
+    flush,
+    instrument_httpx,
+)
+from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E402
+from tests.support.cli import cvdiag  # noqa: E402
+from tests.support.servers import serve_uvicorn  # noqa: E402
+
+#: Heartbeats every 50 ms: the stalls below (a second) span many.
+BEAT_S = 0.05
+#: How long the provider holds its answer (the WebSocket) or goes quiet (the stream), and how
+#: long the clients wait before giving up: well inside it.
+STALL_S = 1.0
+PATIENCE_S = 0.3
+
+
+async def _quiet_provider(request: Request) -> StreamingResponse:
+    """A chat-completions stream that goes quiet after two words."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        for word in ("Hel", "lo"):
+            chunk = {"id": "c1", "model": "m", "choices": [{"delta": {"content": word}}]}
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        await asyncio.sleep(STALL_S)
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(frames(), media_type="text/event-stream")
+
+
+def build_app(fake_url: str, quiet_url: str) -> Starlette:
+    def client(url: str) -> Any:
+        return openai.AsyncOpenAI(
+            base_url=f"{url}/v1",
+            api_key="sk-test",
+            max_retries=0,
+            http_client=instrument_httpx(
+                httpx2.AsyncClient(), llm_hosts={url.removeprefix("http://"): "openai"}
+            ),
+        )
+
+    fake, quiet = client(fake_url), client(quiet_url)
+
+    async def relay(request: Request) -> Response:
+        async def words() -> AsyncIterator[str]:
+            stream = await quiet.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async with stream:
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        yield f"data: {chunk.choices[0].delta.content}\n\n"
+
+        return StreamingResponse(words(), media_type="text/event-stream")
+
+    async def chat(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                ask = await websocket.receive_text()
+                # Waiting on the model: nothing receives, so a close is not seen here.
+                reply = await fake.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": ask}]
+                )
+                await websocket.send_text(reply.choices[0].message.content or "")
+        except WebSocketDisconnect:
+            pass
+
+    app = Starlette(routes=[Route("/relay", relay, methods=["POST"]), WebSocketRoute("/ws", chat)])
+    app.add_middleware(CvdiagMiddleware, slug="gone")
+    return app
+
+
+def _wait_for(memory: MemorySink, test_id: str, boundary: str) -> None:
+    # Not a threshold: a bound on waiting for the app to notice a client that left.
+    deadline = time.monotonic() + 20
+    while not any(e["test_id"] == test_id and e["boundary"] == boundary for e in memory.envelopes):
+        assert time.monotonic() < deadline, f"{boundary} of {test_id} never came"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def gone_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gone") / "backend.log"
+    memory = MemorySink()
+    settings = Settings(enabled=True, tier=Tier.VERBOSE, heartbeat_interval=BEAT_S)
+    configure(settings, sinks=[FileSink(path), memory])
+    quiet = Starlette(routes=[Route("/v1/chat/completions", _quiet_provider, methods=["POST"])])
+    try:
+        with (
+            serve_fake_provider(FakeProvider(reply="hello", stall_limit=5)) as fake_url,
+            serve_uvicorn(quiet) as quiet_url,
+            serve_uvicorn(build_app(fake_url, quiet_url)) as base,
+        ):
+            # The stream goes quiet after two words; the client gives up on the silence.
+            patience = httpx.Timeout(10, read=PATIENCE_S)
+            with (
+                httpx.Client(base_url=base, timeout=patience) as client,
+                pytest.raises(httpx.ReadTimeout),
+                client.stream("POST", "/relay", headers={"x-test-id": "gone-quiet"}) as reply,
+            ):
+                for _ in reply.iter_lines():
+                    pass
+            _wait_for(memory, "gone-quiet", "backend.sse.aborted")
+            # The WebSocket client asks, waits a while for the answer, and closes.
+            ws_url = base.replace("http://", "ws://") + "/ws"
+            with connect(ws_url, additional_headers={"x-test-id": "gone-ws"}) as ws:
+                ws.send(f"hi [fake:stall={STALL_S}]")
+                time.sleep(PATIENCE_S)
+                ws.close()
+            _wait_for(memory, "gone-ws", "backend.sse.aborted")
+        flush()
+    finally:
+        configure(Settings(), sinks=[MemorySink()])
+    return path
+
+
+def _classify(log: Path, test_id: str) -> dict[str, Any]:
+    result = cvdiag("classify", test_id, str(log), "--json")
+    assert result.returncode == 0, result.stderr
+    verdict: dict[str, Any] = json.loads(result.stdout)
+    return verdict
+
+
+def _aborted(log: Path, test_id: str) -> dict[str, Any]:
+    for line in log.read_text().splitlines():
+        envelope = json.loads(line.removeprefix("CVDIAG "))
+        if envelope["test_id"] == test_id and envelope["boundary"] == "backend.sse.aborted":
+            return dict(envelope["metadata"])
+    raise AssertionError(f"no abort for {test_id}")
+
+
+def test_a_provider_gone_quiet_mid_stream_is_a_stall(gone_log: Path) -> None:
+    verdict = _classify(gone_log, "gone-quiet")
+    assert verdict["flap_class"] == "stalled-backend", verdict["reason"]
+    assert "streamed its first tokens, then waited" in verdict["reason"]
+
+
+def test_a_websocket_client_found_gone_after_a_wait_is_a_stall(gone_log: Path) -> None:
+    meta = _aborted(gone_log, "gone-ws")
+    assert (meta["termination_kind"], meta["termination_cause"]) == ("rst", "send_failed")
+    verdict = _classify(gone_log, "gone-ws")
+    assert verdict["flap_class"] == "stalled-backend", verdict["reason"]
+    assert "found gone at the next send" in verdict["reason"]
