@@ -201,7 +201,10 @@ class Exchange:
             self.emitter.otel.record_abort(termination_kind)
         duration = ms_since(self.start)
         lines = self._lines()
-        if lines is not None and lines.aborted(termination_kind, self.bytes_sent, cause, duration):
+        edge = self.response_edge  # a response that had started: what the edge added to it
+        if lines is not None and lines.aborted(
+            termination_kind, self.bytes_sent, cause, duration, edge
+        ):
             return
         self.emitter.emit(
             "backend.sse.aborted",
@@ -213,6 +216,7 @@ class Exchange:
             },
             duration_ms=duration,
             context=self.ctx,
+            edge_headers=edge,
         )
 
     def broken(self, exc: BaseException) -> None:

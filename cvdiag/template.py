@@ -55,6 +55,17 @@ _WORDS: dict[str, bytes] = {}
 _OUTCOME: Final = {True: b"ok", False: b"err"}
 
 
+def _edge_json(edge: Mapping[str, str | None] | None) -> bytes | None:
+    """The response's edge headers as JSON for a terminal line (all null without a response);
+    None when they cannot be written as is (a lone surrogate: emit escapes the envelope)."""
+    if edge is None:
+        return _NULL_EDGE
+    try:
+        return _envelope.line_safe(orjson.dumps(edge))
+    except orjson.JSONEncodeError:
+        return None
+
+
 def _text_json(value: str) -> bytes:
     """A string as ``envelope.serialize`` writes it: JSON, line-safe, a lone surrogate (which
     orjson refuses) as its ``\\udXXX`` text."""
@@ -203,13 +214,9 @@ class RequestLines:
     ) -> bool:
         if not self._emitter.admits(_COMPLETE_TIER):
             return True
-        if edge is None:
-            edge_json = _NULL_EDGE
-        else:
-            try:
-                edge_json = _envelope.line_safe(orjson.dumps(edge))
-            except orjson.JSONEncodeError:
-                return False  # a lone surrogate: emit escapes the whole envelope
+        edge_json = _edge_json(edge)
+        if edge_json is None:
+            return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
             COMPLETE_ONCE
@@ -232,9 +239,19 @@ class RequestLines:
             )
         )
 
-    def aborted(self, kind: str, before: int, cause: str, duration_ms: int) -> bool:
+    def aborted(
+        self,
+        kind: str,
+        before: int,
+        cause: str,
+        duration_ms: int,
+        edge: Mapping[str, str | None] | None = None,
+    ) -> bool:
         if not self._emitter.admits(_ABORTED_TIER):
             return True
+        edge_json = _edge_json(edge)
+        if edge_json is None:
+            return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
             ABORTED_ONCE
@@ -248,7 +265,7 @@ class RequestLines:
                 _clock_bytes(),
                 monotonic_ns(),
                 duration_ms,
-                _NULL_EDGE,
+                edge_json,
                 _word(kind),
                 before,
                 _word(cause),

@@ -40,6 +40,7 @@ from cvdiag import (  # noqa: E402
     flush,
     instrument_httpx,
 )
+from cvdiag.pytest_plugin import CvdiagEvents  # noqa: E402
 from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E402
 from tests.support.cli import cvdiag  # noqa: E402
 from tests.support.servers import serve_uvicorn  # noqa: E402
@@ -179,3 +180,43 @@ def test_a_websocket_client_found_gone_after_a_wait_is_a_stall(gone_log: Path) -
     verdict = _classify(gone_log, "gone-ws")
     assert verdict["flap_class"] == "stalled-backend", verdict["reason"]
     assert "found gone at the next send" in verdict["reason"]
+
+
+def test_a_proxy_on_a_cut_stream_shows_at_the_default_tier(
+    cvdiag_events: CvdiagEvents, tmp_path: Path
+) -> None:
+    """The abort keeps the response's edge headers (here the ``via`` a caching proxy adds), so
+    the default tier, which has no ingress, can still name the proxy in the path."""
+    events = cvdiag_events("default")
+
+    async def stream(request: Request) -> Response:
+        async def words() -> AsyncIterator[str]:
+            for word in ("one", "two"):
+                yield f"data: {word}\n\n"
+            await asyncio.sleep(STALL_S)
+            yield "data: three\n\n"
+
+        via = {"via": "1.1 varnish (Varnish/7.1)"}
+        return StreamingResponse(words(), media_type="text/event-stream", headers=via)
+
+    app = Starlette(routes=[Route("/s", stream)])
+    app.add_middleware(CvdiagMiddleware)
+    with serve_uvicorn(app) as base:
+        with (
+            httpx.Client(timeout=httpx.Timeout(10, read=PATIENCE_S)) as client,
+            pytest.raises(httpx.ReadTimeout),
+            client.stream("GET", f"{base}/s", headers={"x-test-id": "cut-via"}) as reply,
+        ):
+            for _ in reply.iter_lines():
+                pass
+        deadline = time.monotonic() + 20  # not a threshold: the server notices the hang-up
+        while not events.of("backend.sse.aborted"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    (aborted,) = events.of("backend.sse.aborted")
+    assert aborted["edge_headers"]["via"] == "1.1 varnish (Varnish/7.1)"
+    log = tmp_path / "backend.log"
+    log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
+    verdict = _classify(log, "cut-via")
+    assert verdict["flap_class"] == "edge-interference", verdict["reason"]
+    assert "varnish" in verdict["reason"]

@@ -184,6 +184,31 @@ def test_aborted_and_first_byte_lines_are_the_lines_emit_writes(
     _same(first, first_general)
 
 
+@settings(max_examples=100, deadline=None)
+@given(context=contexts, edge=edges, before=st.integers(0, 2**53))
+def test_an_aborted_line_carries_the_responses_edge_headers_as_emit_does(
+    context: RequestContext, edge: Mapping[str, str | None] | None, before: int
+) -> None:
+    """A stream cut after its response started keeps what the edge added to that response (a
+    proxy's ``via``), so the default tier sees it on the abort as on a completion."""
+    emitter, sink = _pair()
+    if not _lines(emitter, context).aborted("rst", before, "client_disconnect", 7, edge):
+        return  # over the cap, or a lone surrogate: emit makes it
+    emitter.emit(
+        "backend.sse.aborted",
+        outcome="err",
+        metadata={
+            "termination_kind": "rst",
+            "bytes_before_abort": before,
+            "termination_cause": "client_disconnect",
+        },
+        duration_ms=7,
+        context=context,
+        edge_headers=edge,
+    )
+    _same(*sink.lines)
+
+
 def test_over_the_cap_the_ladder_takes_over() -> None:
     emitter, sink = _pair("default")
     context = RequestContext(test_id="t", trace_id="r", span_id="00000000000000aa")

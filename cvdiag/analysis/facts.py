@@ -35,6 +35,7 @@ KEEP: Final = 8
 
 INGRESS: Final = "backend.request.ingress"
 COMPLETE: Final = "backend.response.complete"
+ABORTED: Final = "backend.sse.aborted"
 Key = tuple[str, int]
 
 
@@ -247,7 +248,7 @@ class Facts:
                 self.keepalive_first = keepalive
             if not keepalive:  # a ``: ping`` comment is no sign of tokens
                 self._flowing(ref, content=False)
-        elif boundary == "backend.sse.aborted":
+        elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
@@ -313,7 +314,7 @@ class Facts:
         if "retry-after" in edges and len(self.retry_after) < KEEP:
             self.retry_after.append((edges["retry-after"], self._ref(record)))
         ray = edges.get("cf-ray")
-        if ray and boundary in (INGRESS, COMPLETE) and len(self.rays) < KEEP:
+        if ray and boundary in (INGRESS, COMPLETE, ABORTED) and len(self.rays) < KEEP:
             self.rays.setdefault(ray, self._ref(record))
 
     def _add_call(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
