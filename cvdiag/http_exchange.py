@@ -8,7 +8,9 @@ are the app's own.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import zlib
 from collections.abc import Awaitable
 from typing import Any, Final
@@ -32,6 +34,10 @@ _LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"applicati
 #: most, and counted in one pass: at most 64 KiB held per request.
 _HOLD_CHUNK: Final = 2048
 _HOLD_CHUNKS: Final = 32
+#: A response starting this many seconds after the request came in is preceded by a look at
+#: whether the client is still there (``_probe``): a plain JSON endpoint waiting on its model
+#: reads nothing meanwhile, and the server drops an answer sent after a disconnect silently.
+PROBE_AFTER_S: Final = 0.5
 
 
 class HTTPExchange(Exchange):
@@ -48,12 +54,14 @@ class HTTPExchange(Exchange):
         "body_done",
         "counter",
         "declared",
+        "gone_at_start",
         "head",
         "held",
         "inflate",
         "lines",
         "parser",
         "sent_at_disconnect",
+        "stashed",
         "streaming",
     )
 
@@ -71,8 +79,16 @@ class HTTPExchange(Exchange):
         self.head = False  # a HEAD request: the server sends no body, whatever the app does
         self.declared: int | None = None  # the response's Content-Length
         self.sent_at_disconnect = 0
+        #: A message the probe took off ``receive``, for the app's next call of it.
+        self.stashed: Message | None = None
+        #: The probe found the client gone as the response started.
+        self.gone_at_start = False
 
     async def receive(self) -> Message:
+        stashed = self.stashed
+        if stashed is not None:
+            self.stashed = None
+            return stashed
         message = await self._receive()
         # After the body is done, uvicorn answers every receive with http.disconnect: not an abort.
         if message.get("type") == "http.disconnect" and not self.body_done and self.active:
@@ -100,9 +116,48 @@ class HTTPExchange(Exchange):
             ):
                 held.append(body)
                 return self._send(message)
-        elif self.echo is not None and message.get("type") == "http.response.start":
-            message = self.with_test_id(message)
+        elif message.get("type") == "http.response.start":
+            if self.echo is not None:
+                message = self.with_test_id(message)
+            if (
+                self.active
+                and not self.disconnected
+                and time.perf_counter() - self.start >= PROBE_AFTER_S
+            ):
+                return self._probed(message)
         return self._send_seen(message)
+
+    async def _probed(self, message: Message) -> None:
+        await self._probe()
+        await self._send_seen(message)
+
+    async def _probe(self) -> None:
+        """Whether the client left while the app worked, without waiting: one look at
+        ``receive``, given one turn of the loop. What it takes (a ``http.disconnect``, or a
+        body the app had not read) is kept for the app's next ``receive``; a pending look is
+        cancelled, which takes nothing."""
+        try:
+            look = asyncio.ensure_future(self._receive())
+            await asyncio.sleep(0)
+            if not look.done():
+                look.cancel()
+                await asyncio.wait({look})  # our own cancellation still propagates
+                return
+            message = look.result()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.broken(exc)
+            return
+        self.stashed = message
+        if message.get("type") == "http.disconnect":
+            self.gone_at_start = True
+
+    def left(self) -> tuple[str, str] | None:
+        if self.gone_at_start and self.send_error is None:
+            # Found as the response started: when the client left is unknown, only before.
+            return "rst", "left_before_response"
+        return super().left()
 
     def broken(self, exc: BaseException) -> None:
         self.held = None

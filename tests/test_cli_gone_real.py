@@ -6,6 +6,9 @@
   waited on the network (``chunk_wait_ms``), so the verdict is a stall, not the client's doing.
 - A WebSocket app waiting on its model does not receive, so a client that closed is found gone
   only at the app's next send (``send_failed``): the wait that preceded it is named.
+- A plain JSON endpoint likewise reads nothing while it waits, and the server drops its late
+  answer silently: the middleware looks once as a late response starts
+  (``left_before_response``), without changing what the app receives.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from cvdiag import (  # noqa: E402
 from cvdiag.pytest_plugin import CvdiagEvents  # noqa: E402
 from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E402
 from tests.support.cli import cvdiag  # noqa: E402
-from tests.support.servers import serve_uvicorn  # noqa: E402
+from tests.support.servers import serve_hypercorn, serve_uvicorn  # noqa: E402
 
 #: Heartbeats every 50 ms: the stalls below (a second) span many.
 BEAT_S = 0.05
@@ -220,3 +223,101 @@ def test_a_proxy_on_a_cut_stream_shows_at_the_default_tier(
     verdict = _classify(log, "cut-via")
     assert verdict["flap_class"] == "edge-interference", verdict["reason"]
     assert "varnish" in verdict["reason"]
+
+
+SERVERS = {"uvicorn": serve_uvicorn, "hypercorn": serve_hypercorn}
+
+
+def _json_app(fake_url: str) -> Starlette:
+    llm = openai.AsyncOpenAI(
+        base_url=f"{fake_url}/v1",
+        api_key="sk-test",
+        max_retries=0,
+        http_client=instrument_httpx(
+            httpx2.AsyncClient(), llm_hosts={fake_url.removeprefix("http://"): "openai"}
+        ),
+    )
+
+    async def ask(request: Request) -> Response:
+        question = (await request.json())["q"]
+        reply = await llm.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": question}]
+        )
+        return Response(reply.choices[0].message.content or "", media_type="text/plain")
+
+    app = Starlette(routes=[Route("/ask", ask, methods=["POST"])])
+    app.add_middleware(CvdiagMiddleware)
+    return app
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_a_json_client_that_gave_up_on_a_waiting_call_is_found_gone(
+    cvdiag_events: CvdiagEvents, server: str, tmp_path: Path
+) -> None:
+    events = cvdiag_events("verbose", heartbeat_interval=BEAT_S)
+    with (
+        serve_fake_provider(FakeProvider(reply="hello", stall_limit=5)) as fake_url,
+        SERVERS[server](_json_app(fake_url)) as base,
+    ):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                f"{base}/ask",
+                json={"q": f"hi [fake:stall={STALL_S}]"},
+                headers={"x-test-id": "json-gone"},
+                timeout=httpx.Timeout(10, read=PATIENCE_S),
+            )
+        # Patient this time: the same slow answer reaches a client that waits for it.
+        answer = httpx.post(
+            f"{base}/ask",
+            json={"q": f"hi [fake:stall={STALL_S}]"},
+            headers={"x-test-id": "json-waited"},
+            timeout=10,
+        )
+        assert (answer.status_code, answer.text) == (200, "hello")
+        deadline = time.monotonic() + 20  # not a threshold: the app finishes its late answer
+        while (
+            len(events.of("backend.sse.aborted")) + len(events.of("backend.response.complete")) < 2
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    (aborted,) = events.of("backend.sse.aborted")
+    assert aborted["test_id"] == "json-gone"
+    meta = aborted["metadata"]
+    assert (meta["termination_kind"], meta["termination_cause"]) == ("rst", "left_before_response")
+    (complete,) = events.of("backend.response.complete")
+    assert (complete["test_id"], complete["metadata"]["http_status"]) == ("json-waited", 200)
+    log = tmp_path / "backend.log"
+    log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
+    verdict = _classify(log, "json-gone")
+    assert verdict["flap_class"] == "stalled-backend", verdict["reason"]
+    assert "found gone" in verdict["reason"]
+
+
+async def _late_reader(scope: Any, receive: Any, send: Any) -> None:
+    """Starts its answer late, and only then reads the request body: the probe's look at
+    ``receive`` must hand the body on untouched."""
+    await asyncio.sleep(PROBE_LATE_S)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send({"type": "http.response.body", "body": b"got " + body})
+
+
+#: Past the middleware's probe threshold (cvdiag/http_exchange.py PROBE_AFTER_S).
+PROBE_LATE_S = 0.6
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_the_probe_hands_an_unread_body_on_to_the_app(
+    cvdiag_events: CvdiagEvents, server: str
+) -> None:
+    events = cvdiag_events("verbose")
+    with SERVERS[server](CvdiagMiddleware(_late_reader)) as base:
+        answer = httpx.post(f"{base}/", content=b"payload", timeout=10)
+    assert (answer.status_code, answer.text) == (200, "got payload")
+    (complete,) = events.of("backend.response.complete")
+    assert complete["outcome"] == "ok"

@@ -28,7 +28,11 @@ _OLD_KINDS: Final = {
     "cancelled": "fin_premature",
 }
 #: Causes that mean the client went away (rather than the server cutting the stream).
-CLIENT_CAUSES: Final = frozenset({"client_disconnect", "client_close", "send_failed"})
+CLIENT_CAUSES: Final = frozenset(
+    {"client_disconnect", "client_close", "send_failed", "left_before_response"}
+)
+#: Causes that say when the backend found the client gone, not when it left (before that).
+FOUND_GONE: Final = frozenset({"send_failed", "left_before_response"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

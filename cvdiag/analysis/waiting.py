@@ -13,6 +13,7 @@ from cvdiag.analysis.describe import ms, text
 from cvdiag.analysis.facts import Call, Ref
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
+from cvdiag.analysis.vocabulary import FOUND_GONE
 from cvdiag.schema import Tier
 
 
@@ -88,11 +89,12 @@ def stalled(ctx: Context) -> Finding:
 
 def _found_gone(ctx: Context) -> Finding:
     """A WebSocket app busy on its model does not receive, so a client that left is found
-    gone only when the app next sends (``send_failed``). When that failed send came within one
-    heartbeat interval of the answer to a call that had kept the backend waiting a whole
-    interval or more, the client left while the backend waited, or just after: a stall."""
+    gone only when the app next sends (``send_failed``); a plain HTTP endpoint likewise, as its
+    response starts (``left_before_response``). When that came within one heartbeat interval of
+    the answer to a call that had kept the backend waiting a whole interval or more, the client
+    left while the backend waited, or just after: a stall."""
     f, found = ctx.facts, Finding()
-    gone = [a for a in f.client_aborts if a.termination.cause == "send_failed"]
+    gone = [a for a in f.client_aborts if a.termination.cause in FOUND_GONE]
     if not gone:
         return found
     abort = gone[0]
@@ -241,9 +243,15 @@ def client_abort(ctx: Context) -> Finding:
     states = [ctx.state(c, abort.ref) for c in f.calls.values()]
     if "waiting" in states:
         return found
+    if abort.termination.cause in FOUND_GONE:
+        head = (
+            f"the client was found gone ({abort.ref.summary}) at {ctx.at(abort.ref)}; it had"
+            " left before then, when is unknown"
+        )
+    else:
+        head = f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
     found.add(
-        f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
-        + _calls_then(ctx, abort.ref),
+        head + _calls_then(ctx, abort.ref),
         [abort.ref],
         termination_kind=abort.termination.kind,
         termination_cause=abort.termination.cause,
