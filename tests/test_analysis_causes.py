@@ -365,3 +365,143 @@ def test_a_client_seen_leaving_or_found_gone_much_later_is_a_client_abort(
 ) -> None:
     verdict = _classify(_asked_over_websocket(abort_at, cause))
     assert verdict.flap_class == "client-abort", verdict.reason
+
+
+# --- calls side by side, background calls, tool loops (the second blind run) ---------------------
+
+
+def test_a_failure_beside_a_call_whose_answer_was_used_is_healthy() -> None:
+    """Two calls at once: the ok one finished first, the 500 later; the app answered 200."""
+    story = Story("side-by-side")
+    story.ingress()
+    used = story.llm_start(1, story.request)
+    failed = story.llm_start(2, story.request)
+    story.llm_response(7, used, 6)
+    story.llm_response(311, failed, 309, tokens=None, outcome="err", error_class="HTTP500")
+    story.first_byte(312)
+    story.complete(313)
+    verdict = _classify(story)
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert "HTTP500 on the way" in verdict.reason
+
+
+def test_a_call_of_a_background_task_after_the_response_is_not_its_cause() -> None:
+    story = Story("background")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(5, call, 4)
+    story.first_byte(6)
+    story.complete(8.6)
+    later = story.llm_start(10.4, story.request)
+    story.llm_response(14, later, 3.6, tokens=None, outcome="err", error_class="HTTP500")
+    verdict = _classify(story)
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert "begun after the response ended HTTP500" in verdict.reason
+
+
+def test_an_answer_going_out_is_no_sign_of_the_call_still_waiting_beside_it() -> None:
+    story = Story("answer-then-hang")
+    story.ingress()
+    quick = story.llm_start(1, story.request)
+    slow = story.llm_start(2, story.request)
+    story.llm_response(15, quick, 14)
+    story.first_byte(16)
+    story.event(16, "TEXT_MESSAGE_CONTENT")
+    for i in range(1, 5):
+        story.heartbeat(2 + i * 250, slow, i * 250)
+    story.aborted(1100, "rst", cause="client_disconnect", size=60)
+    story.llm_response(1101, slow, 1099, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "streaming" not in verdict.reason
+
+
+def _tool_loop(last_tokens: int, *, side_by_side: bool = False) -> Story:
+    story = Story("loop")
+    story.ingress()
+    for i in range(2):
+        call = story.llm_start(1 + i * 20, story.request)
+        story.llm_response(10 + i * 20, call, 9, tokens=3)
+    if side_by_side:  # a call with tokens answers after the empty one began
+        other = story.llm_start(41, story.request)
+    last = story.llm_start(42, story.request)
+    story.llm_response(50, last, 8, tokens=last_tokens)
+    if side_by_side:
+        story.llm_response(55, other, 14, tokens=9)
+    story.complete(60, events=0)
+    return story
+
+
+def test_a_tool_loop_whose_last_answer_is_empty_is_provider_empty() -> None:
+    verdict = _classify(_tool_loop(0))
+    assert verdict.flap_class == "provider-empty", verdict.reason
+    assert "answered ok with 0 tokens" in verdict.reason
+
+
+@pytest.mark.parametrize(("tokens", "side_by_side"), [(4, False), (0, True)])
+def test_a_last_answer_with_tokens_or_beside_one_is_not_empty(
+    tokens: int, side_by_side: bool
+) -> None:
+    assert _classify(_tool_loop(tokens, side_by_side=side_by_side)).flap_class == "healthy"
+
+
+def test_a_caught_timeout_at_the_default_tier_says_a_stall_could_not_be_checked() -> None:
+    story = Story("default-timeout")
+    story.error(2000, exception_type="APITimeoutError")
+    story.aborted(2001, "timeout", cause="timeout", size=0)
+    verdict = _classify(story)
+    assert verdict.flap_class == "backend-error", verdict.reason
+    assert "stalled-backend" in verdict.unchecked
+    assert verdict.caveat is not None
+    assert "timeout may be an LLM call's" in verdict.caveat
+
+
+def test_counts_read_right_for_one_call() -> None:
+    story = Story("one-failed")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(5, call, 4, tokens=None, outcome="err", error_class="HTTP503")
+    story.complete(6, status=502, outcome="err", events=0)
+    assert "its one LLM call failed" in _classify(story).reason
+    story = Story("one-of-two")
+    story.ingress()
+    done = story.llm_start(1, story.request)
+    story.llm_response(5, done, 4, first_token=2)
+    story.first_byte(3)
+    streaming = story.llm_start(6, story.request)
+    story.heartbeat(9, streaming, 3, first_token=2)
+    story.aborted(10, "rst", cause="client_disconnect")
+    story.llm_response(11, streaming, 5, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "1 of 2 LLM calls had answered" in verdict.reason
+
+
+def test_a_call_that_failed_before_reaching_the_provider_is_not_called_refused() -> None:
+    """A client bound to a closed event loop: RuntimeError, no HTTP status, no answer."""
+    story = Story("dead-loop")
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(1, call, 0, tokens=None, outcome="err", error_class="RuntimeError")
+    story.first_byte(2)
+    story.event(2, "RUN_ERROR")
+    story.complete(3, events=1)
+    verdict = _classify(story)
+    assert verdict.flap_class == "backend-error", verdict.reason
+    assert "failed in the backend with RuntimeError" in verdict.reason
+    assert "refused" not in verdict.reason
+
+
+def test_the_sdks_retries_left_waiting_are_counted() -> None:
+    story = Story("retries-cut")
+    story.ingress()
+    for i in range(3):
+        call = story.llm_start(1 + i * 600, story.request)
+        story.heartbeat(251 + i * 600, call, 250)
+        story.llm_response(
+            501 + i * 600, call, 500, tokens=None, outcome="timeout", error_class="ReadTimeout"
+        )
+    story.complete(1900, status=504, outcome="err", events=0)
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "(2 more LLM calls waited likewise)" in verdict.reason

@@ -27,9 +27,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from cvdiag.analysis import rules, waiting
+from cvdiag.analysis.calls import Ref
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.analysis.facts import Facts, Ref, gather
+from cvdiag.analysis.describe import text
+from cvdiag.analysis.facts import Facts, gather
 from cvdiag.analysis.rules import Context, Finding
+from cvdiag.analysis.vocabulary import CUT, error_kind
 from cvdiag.schema import Tier
 
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
@@ -98,6 +101,8 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
     facts = ctx.facts
     before = CLASSES[: CLASSES.index(name)]
     unchecked = [c for c in before if NEEDS[c] > facts.tier]
+    if name == "backend-error" and facts.tier < Tier.VERBOSE and _timeout_caught(facts):
+        unchecked.append("stalled-backend")  # a caught timeout may be a call's, left waiting
     return Verdict(
         facts.test_id,
         name,
@@ -117,11 +122,19 @@ def _caveat(ctx: Context, name: str, unchecked: list[str]) -> str | None:
     hint = ""
     if name == "client-abort" and any(a.bytes_before == 0 for a in facts.aborts):
         hint = " No byte had reached the client when it left, as when a backend stalls."
+    elif name == "backend-error" and "stalled-backend" in unchecked:
+        hint = " The caught timeout may be an LLM call's, cut after it kept the backend waiting."
     return (
         f"the log holds only {facts.tier.label}-tier envelopes (no LLM calls, no first byte),"
         f" so {', '.join(unchecked)} could not be checked; {name} is what these envelopes"
         f" support.{hint} Log at the {needed.label} tier"
         f" (CVDIAG_{needed.label.upper()}=1) to tell them apart."
+    )
+
+
+def _timeout_caught(facts: Facts) -> bool:
+    return any(
+        error_kind(text(meta.get("exception_type"), 80)) == CUT for meta, _ in facts.error_refs
     )
 
 

@@ -12,14 +12,13 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Final
 
-from cvdiag.analysis.describe import describe, edge_headers, number
+from cvdiag.analysis.calls import Call, Key, Ref
+from cvdiag.analysis.describe import edge_headers, number
 from cvdiag.analysis.reading import Record
 from cvdiag.analysis.vocabulary import (
     CLIENT_EXCEPTIONS,
-    CUT,
     OK,
     Termination,
-    error_kind,
     is_content_event,
     is_error_event,
     termination,
@@ -36,110 +35,6 @@ KEEP: Final = 8
 INGRESS: Final = "backend.request.ingress"
 COMPLETE: Final = "backend.response.complete"
 ABORTED: Final = "backend.sse.aborted"
-Key = tuple[str, int]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ref:
-    """An envelope the evidence rests on, reduced to what is shown."""
-
-    boundary: str
-    outcome: str
-    key: Key
-    where: str
-    summary: str
-
-    @classmethod
-    def of(cls, record: Record) -> Ref:
-        env = record.envelope
-        return cls(env["boundary"], env["outcome"], record.key, record.where, describe(env))
-
-
-@dataclasses.dataclass(slots=True)
-class Call:
-    """One LLM call: its start, heartbeats and response, joined on the start's span id."""
-
-    span_id: str
-    start: Ref | None = None
-    provider: str | None = None
-    model: str | None = None
-    response: Ref | None = None
-    outcome: str | None = None
-    error_class: str | None = None
-    latency_ms: float | None = None
-    tokens: float | None = None
-    #: ``first_token_delta_ms`` of the response: from the call's start to its first chunk.
-    first_token_ms: float | None = None
-    heartbeats: int = 0
-    max_elapsed_ms: float | None = None
-    last_heartbeat: Ref | None = None
-    #: The first sign, in the stream, that tokens were flowing while the call was open: a
-    #: content event (debug tier), or the stream's first byte after the call started.
-    flow_content: Ref | None = None
-    flow_byte: Ref | None = None
-    #: The longest heartbeat wait written before each of those signs.
-    waiting_content_ms: float | None = None
-    waiting_byte_ms: float | None = None
-    #: Heartbeats of a streaming call (``first_token_delta_ms``), each with how long its stream
-    #: had been waiting on the provider then (``chunk_wait_ms``; 0 when absent: the app held a
-    #: chunk) and the interval since the beat before. The latest ``KEEP`` are kept.
-    stream_beats: list[tuple[Ref, float, float]] = dataclasses.field(default_factory=list)
-    #: Heartbeats written before the call's first token (no ``first_token_delta_ms``), and the
-    #: longest wait they report: how long the call kept the backend waiting on its model.
-    beats_before_token: int = 0
-    waited_before_token_ms: float | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.provider or '?'}/{self.model or '?'}"
-
-    @property
-    def kind(self) -> str:
-        """``vocabulary.error_kind`` of the response (``None`` while unanswered)."""
-        return error_kind(self.error_class, self.outcome)
-
-    @property
-    def cut(self) -> bool:
-        """Answered, but by a timeout or a cancellation rather than the provider."""
-        return self.response is not None and self.kind == CUT
-
-    @property
-    def ok(self) -> bool:
-        return self.response is not None and self.outcome == "ok" and not self.error_class
-
-    @property
-    def open(self) -> bool:
-        return self.response is None
-
-    def refs(self) -> list[Ref]:
-        return [r for r in (self.start, self.last_heartbeat, self.response) if r is not None]
-
-    def flow(self, tier: Tier) -> Ref | None:
-        """The first sign of this call's tokens in the stream. With events in the log (the
-        debug tier) only a content event counts: a first byte may be a lifecycle event or a
-        keep-alive. Without them, the first byte after the call started is the best sign."""
-        if tier >= Tier.DEBUG:
-            return self.flow_content
-        return self.flow_byte or self.flow_content
-
-    def waited_ms(self, tier: Tier) -> float | None:
-        """The longest heartbeat wait before the first sign of tokens (see ``flow``)."""
-        return self.waiting_content_ms if tier >= Tier.DEBUG else self.waiting_byte_ms
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "span_id": self.span_id,
-            "provider": self.provider,
-            "model": self.model,
-            "answered": self.response is not None,
-            "outcome": self.outcome,
-            "error_class": self.error_class,
-            "latency_ms": self.latency_ms,
-            "first_token_ms": self.first_token_ms,
-            "response_token_count": self.tokens,
-            "heartbeats": self.heartbeats,
-            "max_elapsed_ms": self.max_elapsed_ms,
-        }
 
 
 @dataclasses.dataclass(slots=True)
@@ -201,6 +96,10 @@ class Facts:
     aborts: list[Abort] = dataclasses.field(default_factory=list)
     abort_count: int = 0
     _last_ingress: Ref | None = None
+    #: A call just answered ok and nothing was sent since: the next byte and the next content
+    #: event are that answer going out, no sign of the calls still open.
+    _answer_unsent: bool = False
+    _answer_unsent_content: bool = False
     #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
     #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
     lean: bool = False
@@ -255,7 +154,16 @@ class Facts:
                 self.aborts.append(Abort(termination(meta), self._ref(record), size))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
-        """Bytes or model output reached the client: every call still open was flowing."""
+        """Bytes or model output reached the client: every call still open was flowing,
+        unless this is the answer a call just gave, going out (calls run side by side: one
+        answered and was sent while another still waited)."""
+        if content:
+            if self._answer_unsent_content:
+                self._answer_unsent_content = False
+                return
+        elif self._answer_unsent:
+            self._answer_unsent = False
+            return
         for call in self.calls.values():
             if not call.open or call.start is None:
                 continue
@@ -326,6 +234,8 @@ class Facts:
         if call is None:
             call = self.calls[span] = Call(span)
         if boundary.endswith(".start"):
+            # A new call began: what is sent next may be its own.
+            self._answer_unsent = self._answer_unsent_content = False
             call.start = self._ref(record)
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
@@ -333,10 +243,13 @@ class Facts:
             call.heartbeats += 1
             call.last_heartbeat = beat = self._ref(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
-            if elapsed is not None and meta.get("first_token_delta_ms") is None:
+            beat_first = number(meta.get("first_token_delta_ms"))
+            if beat_first is not None and call.first_token_ms is None:
+                call.first_token_ms = beat_first  # streaming before it answered, if it ever did
+            if elapsed is not None and beat_first is None:
                 call.beats_before_token += 1
                 call.waited_before_token_ms = max(elapsed, call.waited_before_token_ms or 0.0)
-            if elapsed is not None and meta.get("first_token_delta_ms") is not None:
+            if elapsed is not None and beat_first is not None:
                 gap = elapsed - (call.max_elapsed_ms or 0.0)
                 call.stream_beats.append((beat, number(meta.get("chunk_wait_ms")) or 0.0, gap))
                 if len(call.stream_beats) > KEEP:
@@ -356,7 +269,11 @@ class Facts:
             latency = number(meta.get("latency_ms"))
             call.latency_ms = latency if latency is not None else number(env.get("duration_ms"))
             call.tokens = number(meta.get("response_token_count"))
-            call.first_token_ms = number(meta.get("first_token_delta_ms"))
+            first = number(meta.get("first_token_delta_ms"))
+            if first is not None:  # else keep what a heartbeat said
+                call.first_token_ms = first
+            if call.ok:
+                self._answer_unsent = self._answer_unsent_content = True
 
     @property
     def client_aborts(self) -> list[Abort]:

@@ -11,10 +11,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from cvdiag.analysis.calls import Call, Ref
 from cvdiag.analysis.describe import text
-from cvdiag.analysis.facts import Call, Facts, Ref
+from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import CUT, FAILED, OK, OTHER, RATE_LIMITED, error_kind
+from cvdiag.analysis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
 
 
 @dataclasses.dataclass(slots=True)
@@ -78,6 +79,24 @@ class Context:
             return "waiting" if self.silence(call, end) is not None else "flowing"
         return "waiting"
 
+    def during(self, call: Call) -> bool:
+        """Whether the call began before the test id's story ended: not background work that
+        ran after the response (a ``BackgroundTasks`` job)."""
+        return self.state(call, self.facts.ended) != "later"
+
+    def recovered(self, failed: list[Call]) -> bool:
+        """Whether a call answered ok after the last of ``failed`` began: a retry that worked,
+        or a call run side by side whose answer the app used (concurrent calls finish in any
+        order, so the failure's own end is no measure)."""
+        starts = [ref.key for c in failed if (ref := self.started(c)) is not None]
+        if not starts:
+            return False
+        last = max(starts)
+        return any(
+            c.ok and c.response is not None and c.response.key > last
+            for c in self.facts.calls.values()
+        )
+
     def silence(self, call: Call, end: Ref | None) -> tuple[Ref, float] | None:
         """Where a streaming call had gone silent by ``end``: its latest heartbeat before then
         says its stream had waited on the provider for a whole heartbeat interval
@@ -106,7 +125,11 @@ def _failures(ctx: Context) -> _Failures:
     provider exceptions), and whether they decided the outcome: the request did not end well,
     the stream carried an error event, or no LLM call answered ok after the last failure."""
     f = ctx.facts
-    calls = [c for c in f.calls.values() if c.kind in (RATE_LIMITED, FAILED) and c.response]
+    calls = [
+        c
+        for c in f.calls.values()
+        if c.kind in (RATE_LIMITED, FAILED) and c.response and ctx.during(c)
+    ]
     caught = [
         (meta, ref)
         for meta, ref in f.error_refs
@@ -118,10 +141,7 @@ def _failures(ctx: Context) -> _Failures:
         [(c.response.key, c.kind) for c in calls if c.response is not None]
         + [(ref.key, error_kind(text(meta.get("exception_type"), 80))) for meta, ref in caught]
     )
-    recovered = any(
-        c.response is not None and c.kind == OK and c.response.key > last[0]
-        for c in f.calls.values()
-    )
+    recovered = bool(calls) and ctx.recovered(calls)
     mattered = bool(caught) or f.ended_badly or bool(f.error_events) or not recovered
     return _Failures(calls, caught, last[1], mattered)
 
@@ -143,9 +163,14 @@ def _provider(ctx: Context, wanted: str) -> Finding:
         answered = sum(1 for c in f.calls.values() if c.response is not None)
         kinds = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in by_kind.items())
         call = failures.calls[-1]
+        counted = (
+            "its one LLM call failed"
+            if answered == 1
+            else f"{len(failures.calls)} of {answered} LLM calls failed"
+        )
         parts.append(
-            f"{len(failures.calls)} of {answered} LLM calls failed ({call.label}: {kinds},"
-            f" the last at {ctx.at(call.response or call.refs()[-1])})"
+            f"{counted} ({call.label}: {kinds}, the last at"
+            f" {ctx.at(call.response or call.refs()[-1])})"
         )
     if failures.caught:
         meta, ref = failures.caught[0]
@@ -241,11 +266,10 @@ def refused_calls(ctx: Context) -> list[Call]:
     answering ok after the last of them: then the refusal decided the outcome, as a provider
     failure does (``_failures``), whatever the app made of it."""
     f = ctx.facts
-    refused = [c for c in f.calls.values() if c.response is not None and c.kind == OTHER]
-    if not refused:
-        return []
-    last = max(c.response.key for c in refused if c.response is not None)
-    if any(c.ok and c.response is not None and c.response.key > last for c in f.calls.values()):
+    refused = [
+        c for c in f.calls.values() if c.response is not None and c.kind == OTHER and ctx.during(c)
+    ]
+    if not refused or ctx.recovered(refused):
         return []
     return refused
 
@@ -271,13 +295,21 @@ def backend_error(ctx: Context) -> Finding:
             message_scrubbed=meta.get("message_scrubbed"),
         )
     elif refused:
-        call = refused[-1]
-        kinds = ", ".join(sorted({c.error_class or c.outcome or "?" for c in refused}))
-        many = f" ({len(refused)} calls)" if len(refused) > 1 else ""
+        rejected = [c for c in refused if is_refusal(c.error_class)]
+        named = rejected or refused
+        call = named[-1]
+        kinds = ", ".join(sorted({c.error_class or c.outcome or "?" for c in named}))
+        many = f" ({len(named)} calls)" if len(named) > 1 else ""
+        at = ctx.at(call.response or call.refs()[-1])
+        what = (
+            f"was refused with {text(kinds, 60)}{many} at {at}, and no call answered ok after"
+            " it: the request the backend sent was rejected"
+            if rejected
+            else f"failed in the backend with {text(kinds, 60)}{many} at {at}, before any"
+            " answer of the provider, and no call answered ok after it"
+        )
         found.add(
-            f"LLM call {call.label} was refused with {text(kinds, 60)}{many} at"
-            f" {ctx.at(call.response or call.refs()[-1])}, and no call answered ok after it:"
-            f" the request the backend sent was rejected; {_outcome(ctx)}",
+            f"LLM call {call.label} {what}; {_outcome(ctx)}",
             [r for c in refused for r in c.refs()] + _end_refs(ctx),
             refused_calls=len(refused),
             error_classes=sorted({c.error_class or "?" for c in refused}),

@@ -133,6 +133,35 @@ def error_kind(name: str | None, outcome: str | None = None) -> str:
     return OTHER
 
 
+#: Exception names (lowercased) of a provider refusing the request it was sent (a 4xx other than
+#: 429): the SDKs' own, and those named from a provider's in-body error (providers/usage.py).
+_REFUSALS: Final = frozenset(
+    {
+        "authenticationerror",
+        "badrequesterror",
+        "permissiondeniederror",
+        "permissionerror",
+        "notfounderror",
+        "unprocessableentityerror",
+        "conflicterror",
+        "invalidrequesterror",
+        "requesttoolarge",
+        "contextlengthexceeded",
+    }
+)
+
+
+def is_refusal(name: str | None) -> bool:
+    """Whether an ``error_class`` says the provider refused the request (a 4xx but 429), as
+    opposed to an error of the app's own before any answer (``RuntimeError``)."""
+    if not name:
+        return False
+    status = _HTTP_STATUS.fullmatch(name)
+    if status is not None:
+        return 400 <= int(status.group(1)) < 500 and status.group(1) != "429"
+    return name.rsplit(".", 1)[-1].lower() in _REFUSALS
+
+
 # --- stream events --------------------------------------------------------------------------
 
 #: Event types a backend uses to report an error inside a stream that itself succeeds: AG-UI

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cvdiag.analysis.calls import Call, Ref
 from cvdiag.analysis.describe import ms, text
-from cvdiag.analysis.facts import Call, Ref
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import FOUND_GONE
@@ -77,8 +77,12 @@ def stalled(ctx: Context) -> Finding:
     else:
         client = "no sign of its tokens reached the stream"
     ending, end_refs = request_end(ctx)
+    more = ""
+    if len(waiting) > 1:  # the SDK's retries, or calls side by side
+        others = len(waiting) - 1
+        more = f" ({others} more LLM call{'s' if others > 1 else ''} waited likewise)"
     found.add(
-        f"LLM call {call.label}{started}{beats} {fate}, and {client}: {ending}",
+        f"LLM call {call.label}{started}{beats} {fate}{more}, and {client}: {ending}",
         [*call.refs(), *end_refs],
         llm_call=call.to_json(),
         first_byte_ms=f.first_byte[0] if f.first_byte else None,
@@ -214,14 +218,31 @@ def _slow_call(ctx: Context, call: Call) -> str | None:
 
 
 def provider_empty(ctx: Context) -> Finding:
+    """The answer the app was to send was empty, and nothing was sent: judged on the last call
+    that answered ok before the silent completion (a tool loop's final answer), unless a call
+    with tokens answered after it began (calls side by side: that answer may be the one used).
+    An unknown count is trusted as empty only when no call of the test id reported tokens."""
     f, found = ctx.facts, Finding()
-    answered = [c for c in f.calls.values() if c.ok]
-    empty = [c for c in answered if not c.tokens]
-    if not empty or any(c.tokens for c in f.calls.values()):
+    done = f.silent
+    if done is None:
         return found
-    if f.silent is None:
+    answered = [
+        c
+        for c in f.calls.values()
+        if c.ok and c.response is not None and c.response.key <= done.ref.key
+    ]
+    if not answered:
         return found
-    call, done = empty[0], f.silent
+    call = max(answered, key=lambda c: c.response.key if c.response is not None else ())
+    if call.tokens is None and any(c.tokens for c in f.calls.values()):
+        return found
+    began = ctx.started(call)
+    if call.tokens or any(
+        c.tokens and c.response is not None and began is not None and c.response.key > began.key
+        for c in answered
+        if c is not call
+    ):
+        return found
     tokens = "no token count" if call.tokens is None else "0 tokens"
     found.add(
         f"LLM call {call.label} answered ok with {tokens}, and the response completed with"
@@ -269,9 +290,10 @@ def _calls_then(ctx: Context, end: Ref) -> str:
     flowing = [c for c in calls if ctx.state(c, end) == "flowing"]
     parts = []
     if answered:
-        parts.append(
-            "its LLM call had answered" if len(calls) == 1 else f"{answered} LLM calls had answered"
-        )
+        if len(calls) == 1:
+            parts.append("its LLM call had answered")
+        else:
+            parts.append(f"{answered} of {len(calls)} LLM calls had answered")
     for call in flowing[:1]:
         first = ctx.first_token_at(call)
         when = f" (first token at +{first:.0f} ms)" if first is not None else ""
@@ -287,15 +309,14 @@ def healthy(ctx: Context) -> Finding:
     first_byte = f.first_byte[0] if f.first_byte else None
     many = f" ({f.completion_count} requests)" if f.completion_count > 1 else ""
     failed = [c for c in f.calls.values() if c.response is not None and not c.ok]
+    during = [c for c in failed if ctx.during(c)]
+    later = [c for c in failed if not ctx.during(c)]
     note = ""
-    if failed:
-        calls = "1 LLM call" if len(failed) == 1 else f"{len(failed)} LLM calls"
-        last = max(c.response.key for c in failed if c.response is not None)
-        after = any(
-            c.ok and c.response is not None and c.response.key > last for c in f.calls.values()
-        )
-        way = "on the way" if after else "and no call answered ok after it"
-        note = f"; {calls} ended {text(failed[0].error_class or failed[0].outcome, 40)} {way}"
+    if during:
+        way = "on the way" if ctx.recovered(during) else "and no call answered ok after it"
+        note = f"; {_count(during)} ended {_error(during[0])} {way}"
+    if later:
+        note += f"; {_count(later)} begun after the response ended {_error(later[0])}"
     found.add(
         f"completed ok{many}: {done.ref.summary}{note}",
         [done.ref],
@@ -305,6 +326,14 @@ def healthy(ctx: Context) -> Finding:
         requests=f.completion_count,
     )
     return found
+
+
+def _count(calls: list[Call]) -> str:
+    return "1 LLM call" if len(calls) == 1 else f"{len(calls)} LLM calls"
+
+
+def _error(call: Call) -> str:
+    return text(call.error_class or call.outcome, 40)
 
 
 def unclassified(ctx: Context) -> str:
