@@ -505,3 +505,21 @@ def test_the_sdks_retries_left_waiting_are_counted() -> None:
     verdict = _classify(story)
     assert verdict.flap_class == "stalled-backend", verdict.reason
     assert "(2 more LLM calls waited likewise)" in verdict.reason
+
+
+def test_a_stream_gone_silent_stays_a_stall_however_long_the_call_beats_on() -> None:
+    """LangGraph keeps the graph (and its silent stream) running after the client left: the
+    beats written after the abort must not hide where the stream stood when it came."""
+    story = Story("stall-mid-beats-on")
+    story.ingress()
+    call = story.llm_start(2, story.request)
+    story.first_byte(12)
+    for i in range(1, 41):
+        elapsed = i * 100
+        story.heartbeat(2 + elapsed, call, elapsed, first_token=4, chunk_wait=elapsed - 8)
+        if i == 15:
+            story.aborted(2 + elapsed + 14, "rst", cause="client_disconnect", size=9048)
+    story.llm_response(4100, call, 4098, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "then waited 1492ms for the next chunk" in verdict.reason

@@ -33,6 +33,10 @@ class Ref:
         return cls(env["boundary"], env["outcome"], record.key, record.where, describe(env))
 
 
+#: A streaming call's heartbeat: the beat, its ``chunk_wait_ms`` and the interval before it.
+Beat = tuple[Ref, float, float]
+
+
 @dataclasses.dataclass(slots=True)
 class Call:
     """One LLM call: its start, heartbeats and response, joined on the start's span id."""
@@ -58,10 +62,13 @@ class Call:
     #: The longest heartbeat wait written before each of those signs.
     waiting_content_ms: float | None = None
     waiting_byte_ms: float | None = None
-    #: Heartbeats of a streaming call (``first_token_delta_ms``), each with how long its stream
-    #: had been waiting on the provider then (``chunk_wait_ms``; 0 when absent: the app held a
-    #: chunk) and the interval since the beat before. The latest ``KEEP`` are kept.
-    stream_beats: list[tuple[Ref, float, float]] = dataclasses.field(default_factory=list)
+    #: The latest heartbeat of a streaming call (``first_token_delta_ms``): the beat, how long
+    #: its stream had been waiting on the provider then (``chunk_wait_ms``; 0 when absent: the
+    #: app held a chunk) and the interval since the beat before.
+    stream_beat: Beat | None = None
+    #: ``stream_beat`` as it was when each of the test id's terminals (completion, abort) was
+    #: written, by the terminal's key: a call may beat on long after its client left.
+    beat_at_end: dict[Key, Beat | None] = dataclasses.field(default_factory=dict)
     #: Heartbeats written before the call's first token (no ``first_token_delta_ms``), and the
     #: longest wait they report: how long the call kept the backend waiting on its model.
     beats_before_token: int = 0

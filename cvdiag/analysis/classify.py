@@ -4,11 +4,15 @@ The facts of a test id are gathered envelope by envelope (``facts.Facts``); the 
 (``rules`` and ``waiting``) are then checked in a fixed order and the first that holds wins:
 
 1. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
-2. ``provider-error`` – LLM calls failed (5xx, a transport error), in-band or not.
+2. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
+   reported in the body), in-band or not.
 3. ``edge-interference`` – an edge (Cloudflare, a proxy) stood between client and backend,
    shown by edge headers the provider's own failures do not explain.
-4. ``backend-error`` – the backend caught an exception, or reported an error in-band.
-5. ``stalled-backend`` – an LLM call was still waiting when the request ended.
+4. ``backend-error`` – the backend caught an exception, the provider refused its request (a
+   4xx), or it reported an error in-band.
+5. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
+   a stream gone silent), or the backend otherwise kept the client waiting: nothing sent after
+   its calls answered, or a client found gone just after a long wait.
 6. ``slow-first-token`` – the first byte, a call's first token or the first content event
    passed the timeout.
 7. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.

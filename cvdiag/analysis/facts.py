@@ -152,6 +152,7 @@ class Facts:
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
                 self.aborts.append(Abort(termination(meta), self._ref(record), size))
+                self._at_end(self.aborts[-1].ref)
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,
@@ -194,6 +195,12 @@ class Facts:
         if len(self.error_refs) < KEEP:
             self.error_refs.append((meta, self._ref(record)))
 
+    def _at_end(self, ref: Ref) -> None:
+        """A terminal: note where each streaming call's heartbeats stood (``silence``)."""
+        for call in self.calls.values():
+            if call.stream_beat is not None and len(call.beat_at_end) < KEEP:
+                call.beat_at_end[ref.key] = call.stream_beat
+
     def _add_completion(self, record: Record, outcome: str, meta: dict[str, Any]) -> None:
         done = Completion(
             self._ref(record),
@@ -202,6 +209,7 @@ class Facts:
             number(meta.get("sse_event_count")),
         )
         self.completion_count += 1
+        self._at_end(done.ref)
         self.first_completion = self.first_completion or done
         self.last_completion = done
         if outcome != "ok":
@@ -251,9 +259,7 @@ class Facts:
                 call.waited_before_token_ms = max(elapsed, call.waited_before_token_ms or 0.0)
             if elapsed is not None and beat_first is not None:
                 gap = elapsed - (call.max_elapsed_ms or 0.0)
-                call.stream_beats.append((beat, number(meta.get("chunk_wait_ms")) or 0.0, gap))
-                if len(call.stream_beats) > KEEP:
-                    del call.stream_beats[0]
+                call.stream_beat = (beat, number(meta.get("chunk_wait_ms")) or 0.0, gap)
             if elapsed is not None:
                 call.max_elapsed_ms = max(elapsed, call.max_elapsed_ms or 0.0)
                 if call.flow_content is None:

@@ -101,11 +101,10 @@ class Context:
         """Where a streaming call had gone silent by ``end``: its latest heartbeat before then
         says its stream had waited on the provider for a whole heartbeat interval
         (``chunk_wait_ms``). That beat and the wait; None while chunks kept coming."""
-        horizon = self.offset(end) if end is not None else float("inf")
-        before = [beat for beat in call.stream_beats if self.offset(beat[0]) <= horizon]
-        if not before:
+        last = call.stream_beat if end is None else call.beat_at_end.get(end.key)
+        if last is None:
             return None
-        beat, quiet, interval = before[-1]
+        beat, quiet, interval = last
         return (beat, quiet) if interval > 0 and quiet >= interval else None
 
 
