@@ -523,3 +523,14 @@ def test_a_stream_gone_silent_stays_a_stall_however_long_the_call_beats_on() -> 
     verdict = _classify(story)
     assert verdict.flap_class == "stalled-backend", verdict.reason
     assert "then waited 1492ms for the next chunk" in verdict.reason
+
+
+def test_a_default_tier_log_counts_offsets_from_the_requests_start() -> None:
+    """Without an ingress the terminal is the first envelope: its ``duration_ms`` says when the
+    request began, so a client that left after a second is not said to have left at +0 ms."""
+    story = Story("default-abort")
+    story.aborted(0, "rst", cause="client_disconnect", size=0)
+    story.envelopes[-1]["duration_ms"] = 1007
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "at +1007 ms" in verdict.reason

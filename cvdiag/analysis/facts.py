@@ -95,6 +95,9 @@ class Facts:
     silent: Completion | None = None
     aborts: list[Abort] = dataclasses.field(default_factory=list)
     abort_count: int = 0
+    #: Terminals with the ``duration_ms`` since their request began: where a log without the
+    #: ingress (the default tier) learns when its first request started.
+    lasted: list[tuple[Ref, float]] = dataclasses.field(default_factory=list)
     _last_ingress: Ref | None = None
     #: A call just answered ok and nothing was sent since: the next byte and the next content
     #: event are that answer going out, no sign of the calls still open.
@@ -152,7 +155,7 @@ class Facts:
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
                 self.aborts.append(Abort(termination(meta), self._ref(record), size))
-                self._at_end(self.aborts[-1].ref)
+                self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,
@@ -195,8 +198,12 @@ class Facts:
         if len(self.error_refs) < KEEP:
             self.error_refs.append((meta, self._ref(record)))
 
-    def _at_end(self, ref: Ref) -> None:
-        """A terminal: note where each streaming call's heartbeats stood (``silence``)."""
+    def _at_end(self, ref: Ref, duration: Any) -> None:
+        """A terminal: note how long its request lasted, and where each streaming call's
+        heartbeats stood (``silence``)."""
+        lasted = number(duration)
+        if lasted is not None and len(self.lasted) < KEEP:
+            self.lasted.append((ref, lasted))
         for call in self.calls.values():
             if call.stream_beat is not None and len(call.beat_at_end) < KEEP:
                 call.beat_at_end[ref.key] = call.stream_beat
@@ -209,7 +216,7 @@ class Facts:
             number(meta.get("sse_event_count")),
         )
         self.completion_count += 1
-        self._at_end(done.ref)
+        self._at_end(done.ref, record.envelope.get("duration_ms"))
         self.first_completion = self.first_completion or done
         self.last_completion = done
         if outcome != "ok":

@@ -37,12 +37,22 @@ class Context:
         self.facts = facts
         self.timeout_ms = timeout_s * 1000.0
         self.clock = Clock(facts.first) if facts.first is not None else None
+        #: Offsets count from the test id's first request's start: its ingress, or, in a log
+        #: without one (the default tier), a terminal's ``duration_ms`` back from it.
+        self.shift = 0.0
+        if self.clock is not None:
+            clock = self.clock
+            self.shift = max(
+                [0.0] + [lasted - clock.offset_ms(ref.key) for ref, lasted in facts.lasted]
+            )
+            if self.shift <= 1.0:  # the ingress is there: ms rounding, not a missing start
+                self.shift = 0.0
 
     def at(self, ref: Ref) -> str:
         return f"+{self.offset(ref):.0f} ms"
 
     def offset(self, ref: Ref) -> float:
-        return self.clock.offset_ms(ref.key) if self.clock is not None else 0.0
+        return self.clock.offset_ms(ref.key) + self.shift if self.clock is not None else 0.0
 
     def timeout(self) -> str:
         return f"the {self.timeout_ms / 1000:g} s first-token timeout"
