@@ -246,6 +246,8 @@ class HTTPExchange(Exchange):
         """Whether this (first) chunk of an SSE body holds only comments and blank lines."""
         if (self.parser is None and self.counter is None) or self.inflate is not None:
             return False
+        if body.lstrip()[:1] not in (b":", b""):
+            return False  # the usual first chunk, an event: no line split
         return all(not line or line[:1] == b":" for line in body.splitlines())
 
     def _inflated(self, data: bytes) -> bytes:
