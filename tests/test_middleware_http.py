@@ -850,3 +850,25 @@ async def test_a_middleware_with_its_own_settings_serves_scopes_inside_too(
         "backend.agent.exit",
         "backend.response.complete",
     ]
+
+
+@pytest.mark.parametrize(
+    ("first", "keepalive"),
+    [
+        (b": ping\n\n", True),
+        (b": ping - 2026-11-25 20:00:00\r\n\r\n", True),  # sse-starlette's shape
+        (b"\n\n", True),  # blank lines carry no event either
+        (b": ping\n\ndata: hello\n\n", False),  # a comment, then an event in the same chunk
+        (b"data: hello\n\n", False),
+        (b"event: RUN_STARTED\ndata: {}\n\n", False),
+    ],
+)
+@pytest.mark.parametrize("tier", ["verbose", "debug"])
+async def test_a_first_chunk_of_comments_only_is_marked_keepalive(
+    cvdiag_events: CvdiagEvents, tier: str, first: bytes, keepalive: bool
+) -> None:
+    sink = cvdiag_events(tier)
+    await call(CvdiagMiddleware(sse_messages(first, b"data: x\n\n")), http_scope("/chat"))
+    (first_byte,) = [e for e in check_all(sink, tier) if e["boundary"] == "backend.sse.first_byte"]
+    assert first_byte["metadata"].get("keepalive", False) is keepalive
+    assert ("keepalive" in first_byte["metadata"]) is keepalive  # present only when true
