@@ -534,3 +534,50 @@ def test_a_default_tier_log_counts_offsets_from_the_requests_start() -> None:
     verdict = _classify(story)
     assert verdict.flap_class == "client-abort", verdict.reason
     assert "at +1007 ms" in verdict.reason
+
+
+def _agui_tool_hang(left_after: float) -> Story:
+    """AG-UI at the debug tier: RUN_STARTED, a call that waited a beat and asked for a tool
+    (TOOL_CALL_* sent), then the tool ran; the client left ``left_after`` ms after the last
+    event."""
+    story = Story("agui-tool")
+    story.ingress()
+    story.first_byte(1)
+    story.event(1, "RUN_STARTED")
+    call = story.llm_start(2, story.request)
+    story.heartbeat(252, call, 250)
+    story.llm_response(300, call, 298)
+    story.event(301, "TOOL_CALL_START", 1)
+    story.event(302, "TOOL_CALL_END", 2)
+    story.aborted(302 + left_after, "rst", cause="client_disconnect", size=200)
+    return story
+
+
+def test_a_tool_that_hangs_after_the_stream_began_is_a_busy_backend_at_the_debug_tier() -> None:
+    verdict = _classify(_agui_tool_hang(1000))
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert "the stream sent nothing in the 1000ms after it" in verdict.reason
+
+
+def test_a_client_leaving_right_after_an_event_is_still_its_own() -> None:
+    """Less than a heartbeat interval of quiet: nothing shows the backend kept it waiting."""
+    assert _classify(_agui_tool_hang(40)).flap_class == "client-abort"
+
+
+@pytest.mark.parametrize(
+    ("left_after", "expected"), [(2000, "stalled-backend"), (30, "client-abort")]
+)
+def test_without_heartbeats_quiet_longer_than_the_run_so_far_is_a_busy_backend(
+    left_after: float, expected: str
+) -> None:
+    """The call answered in 15 ms (no beat to learn the interval from); the stream ran 60 ms,
+    then a tool ran: two seconds of quiet is no pause between events."""
+    story = Story("quick-call-tool")
+    story.ingress()
+    story.first_byte(27)
+    story.event(27, "RUN_STARTED")
+    call = story.llm_start(35, story.request)
+    story.llm_response(50, call, 15, first_token=4)
+    story.event(60, "TOOL_CALL_END", 1)
+    story.aborted(60 + left_after, "rst", cause="client_disconnect", size=900)
+    assert _classify(story).flap_class == expected

@@ -78,6 +78,9 @@ class Facts:
     client_errors: int = 0
     calls: dict[str, Call] = dataclasses.field(default_factory=dict)
     first_byte: tuple[float | None, Ref] | None = None
+    #: The last stream event before the first abort (the debug tier): when the client last got
+    #: something.
+    last_event_key: Key | None = None
     #: That first byte held only SSE keep-alive comments.
     keepalive_first: bool = False
     first_ingress: Ref | None = None
@@ -131,6 +134,8 @@ class Facts:
         if edges:
             self._add_edges(record, boundary, edges)
         if boundary == "backend.sse.event":
+            if not self.aborts:
+                self.last_event_key = record.key
             self._add_event(record, meta)
         elif boundary == COMPLETE:
             self._add_completion(record, env["outcome"], meta)

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from cvdiag.analysis.calls import Call, Ref
+from cvdiag.analysis.calls import Call, Key, Ref
 from cvdiag.analysis.describe import text
 from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.timeline import Clock
@@ -52,7 +52,20 @@ class Context:
         return f"+{self.offset(ref):.0f} ms"
 
     def offset(self, ref: Ref) -> float:
-        return self.clock.offset_ms(ref.key) + self.shift if self.clock is not None else 0.0
+        return self.offset_key(ref.key)
+
+    def offset_key(self, key: Key) -> float:
+        return self.clock.offset_ms(key) + self.shift if self.clock is not None else 0.0
+
+    def beat_interval(self) -> float | None:
+        """The heartbeat interval the log shows (beats come at whole intervals from a call's
+        start), or None when no call waited long enough to beat."""
+        intervals = [
+            c.waited_before_token_ms / c.beats_before_token
+            for c in self.facts.calls.values()
+            if c.beats_before_token and c.waited_before_token_ms
+        ]
+        return min(intervals) if intervals else None
 
     def timeout(self) -> str:
         return f"the {self.timeout_ms / 1000:g} s first-token timeout"

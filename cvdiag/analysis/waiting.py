@@ -128,29 +128,49 @@ def _found_gone(ctx: Context) -> Finding:
 
 
 def _busy(ctx: Context) -> Finding:
-    """The client left having got no byte at all, after the LLM calls had answered: the
-    backend kept it waiting on something else (a tool, retrieval, its own processing). Only
-    where the log shows the first byte (the verbose tier), so "no byte" is known, not assumed."""
+    """The client left while the backend, its LLM calls all answered, sent it nothing: it was
+    at work on something else (a tool, retrieval, its own processing). Two ways the log can
+    show "nothing sent": no first byte at all (the verbose tier writes it), or, at the debug
+    tier, no event for at least a heartbeat interval before the client left, or (no call beat)
+    for longer than the request had run before it fell quiet (an AG-UI stream sends
+    ``RUN_STARTED`` at once, so its first byte says nothing)."""
     f, found = ctx.facts, Finding()
-    if f.tier < Tier.VERBOSE or f.first_byte is not None or not f.client_aborts:
+    if f.tier < Tier.VERBOSE or not f.client_aborts:
         return found
     abort = f.client_aborts[0]
-    if abort.bytes_before not in (0, None):
-        return found
-    answered = [c for c in f.calls.values() if ctx.state(c, abort.ref) == "answered" and c.ok]
-    if not answered:
+    states = [ctx.state(c, abort.ref) for c in f.calls.values()]
+    calls = list(f.calls.values())
+    answered = [c for c, s in zip(calls, states, strict=True) if s == "answered" and c.ok]
+    if not answered or any(s in ("waiting", "flowing") for s in states):
         return found
     call = max(answered, key=lambda c: c.response.key if c.response is not None else ())
     assert call.response is not None
-    quiet = ctx.offset(abort.ref) - ctx.offset(call.response)
+    left = ctx.offset(abort.ref)
+    if f.first_byte is None and abort.bytes_before in (0, None):
+        quiet = left - ctx.offset(call.response)
+        sent = f"no byte reached the client in the {ms(quiet)} after it"
+    else:
+        last_event = f.last_event_key
+        if f.tier < Tier.DEBUG or last_event is None:
+            return found
+        since = max(ctx.offset(call.response), ctx.offset_key(last_event))
+        quiet = left - since
+        # Quiet for a whole heartbeat interval, or for longer than the request had run before
+        # it fell quiet: more than the pause between two events of a stream still going.
+        interval = ctx.beat_interval()
+        if quiet < (interval if interval is not None else max(since, 1.0)):
+            return found
+        sent = (
+            f"the stream sent nothing in the {ms(quiet)} after it (its last event at"
+            f" +{ctx.offset_key(last_event):.0f} ms)"
+        )
     ending, end_refs = request_end(ctx)
     found.add(
-        f"LLM call {call.label} answered at {ctx.at(call.response)}, yet no byte reached the"
-        f" client in the {ms(quiet)} after it: the backend was still at work (a tool,"
-        f" retrieval, its own processing) when the client left: {ending}",
+        f"LLM call {call.label} answered at {ctx.at(call.response)}, yet {sent}: the backend"
+        f" was still at work (a tool, retrieval, its own processing) when the client left:"
+        f" {ending}",
         [*call.refs(), *end_refs],
         llm_call=call.to_json(),
-        first_byte_ms=None,
         quiet_after_answer_ms=round(quiet, 3),
     )
     return found
