@@ -225,6 +225,9 @@ class Tracker:
                 # spare them the regular expression.
                 for reason in FINISH_IN_LINE.findall(line):
                     self.facts.add_reason(reason.decode())
+                    # The answer is whole: an app that stops reading here (a common ``break``
+                    # on the finish reason) has not cut it short.
+                    self.provider_done = True
             return
         if line[5:].strip() == b"[DONE]":
             self.provider_done = True

@@ -581,3 +581,48 @@ def test_without_heartbeats_quiet_longer_than_the_run_so_far_is_a_busy_backend(
     story.event(60, "TOOL_CALL_END", 1)
     story.aborted(60 + left_after, "rst", cause="client_disconnect", size=900)
     assert _classify(story).flap_class == expected
+
+
+def test_a_call_begun_just_before_the_client_left_kept_nobody_waiting() -> None:
+    """A proxy turned the client away 14 ms in; the call had begun 11 ms before."""
+    story = Story("proxy-reject")
+    story.ingress()
+    call = story.llm_start(3, story.request)
+    story.aborted(14, "rst", cause="client_disconnect", size=0)
+    story.llm_response(15, call, 12, tokens=None, outcome="err", error_class="CancelledError")
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "had begun only 11ms before, unanswered" in verdict.reason
+
+
+@pytest.mark.parametrize("cause", ["exception", "waiting call"])
+def test_a_proxy_in_the_path_does_not_hide_the_backends_own_failure(cause: str) -> None:
+    story = Story("via-and-failure")
+    story.ingress(edge={"via": "1.1 varnish (Varnish/7.1)"})
+    if cause == "exception":
+        story.error(5, exception_type="RuntimeError")
+        story.complete(6, status=500, outcome="err", events=0)
+        expected = "backend-error"
+    else:
+        call = story.llm_start(2, story.request)
+        story.heartbeat(1002, call, 1000)
+        story.aborted(1500, "rst", cause="client_disconnect", size=0)
+        story.llm_response(
+            1501, call, 1499, tokens=None, outcome="err", error_class="CancelledError"
+        )
+        expected = "stalled-backend"
+    assert _classify(story).flap_class == expected
+
+
+def test_replay_says_a_beat_of_a_streaming_call_is_streaming() -> None:
+    from cvdiag.analysis.describe import describe
+
+    story = Story("beats")
+    call = story.llm_start(1, None)
+    story.heartbeat(251, call, 250)
+    story.heartbeat(501, call, 500, first_token=55, chunk_wait=42)
+    waiting, streaming = (describe(e) for e in story.envelopes[1:])
+    assert waiting == "still waiting after 250ms"
+    assert (
+        streaming == "streaming after 500ms (first token at 55ms), waiting 42ms for the next chunk"
+    )

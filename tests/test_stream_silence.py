@@ -107,3 +107,42 @@ def test_a_hand_marked_first_chunk_claims_no_wait(cvdiag_events: CvdiagEvents) -
     beats = _streaming_beats(events)
     assert beats
     assert not any("chunk_wait_ms" in b for b in beats)
+
+
+def test_an_app_that_stops_at_the_finish_reason_ended_a_whole_answer(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    """A common loop ``break``s on the chunk that carries ``finish_reason``, before ``[DONE]``:
+    the answer was whole, so the call is ok, not cut short (real SDK, real fake provider)."""
+    import openai
+
+    from examples.fake_provider import FakeProvider
+
+    events = cvdiag_events("verbose")
+    fake = FakeProvider(reply="one two three")
+    with serve_uvicorn(fake.app) as url:
+        host = url.removeprefix("http://")
+
+        async def read() -> list[str]:
+            client = openai.AsyncOpenAI(
+                base_url=f"{url}/v1",
+                api_key="sk-test",
+                max_retries=0,
+                http_client=instrument_httpx(httpx2.AsyncClient(), llm_hosts={host: "openai"}),
+            )
+            words: list[str] = []
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async with stream:
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        words.append(chunk.choices[0].delta.content)
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        break
+            return words
+
+        words = asyncio.run(read())
+    assert "".join(words).split() == ["one", "two", "three"]
+    (answer,) = events.of("backend.llm.call.response")
+    assert (answer["outcome"], answer["metadata"]["error_class"]) == ("ok", None)

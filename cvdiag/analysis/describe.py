@@ -60,7 +60,13 @@ def _llm_start(m: Meta) -> str:
 
 
 def _llm_heartbeat(m: Meta) -> str:
-    return f"still waiting after {ms(m.get('elapsed_ms_since_start'))}"
+    elapsed = ms(m.get("elapsed_ms_since_start"))
+    if m.get("first_token_delta_ms") is None:
+        return f"still waiting after {elapsed}"
+    line = f"streaming after {elapsed} (first token at {ms(m.get('first_token_delta_ms'))})"
+    if m.get("chunk_wait_ms") is not None:  # its stream waits on the provider (additive)
+        line += f", waiting {ms(m.get('chunk_wait_ms'))} for the next chunk"
+    return line
 
 
 def _llm_response(m: Meta) -> str:

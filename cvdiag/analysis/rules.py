@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from cvdiag.analysis.calls import Call, Key, Ref
 from cvdiag.analysis.describe import text
 from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
+
+#: An unanswered call begun less than this long before the request ended, with no heartbeat,
+#: did not keep the client waiting: a client gone within half a second left for its own reasons
+#: (the middleware's probe for a client gone before a late response waits as long).
+BRIEF_MS: Final = 500.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -86,7 +91,9 @@ class Context:
         return None
 
     def state(self, call: Call, end: Ref | None) -> str:
-        """``answered``, ``flowing``, ``waiting``, or ``later`` (started after ``end``)."""
+        """``answered``, ``flowing``, ``waiting``, ``brief`` (unanswered, but begun less than
+        ``BRIEF_MS`` before ``end`` with no heartbeat: no wait a client gives up on), or
+        ``later`` (started after ``end``)."""
         start = self.started(call)
         horizon = self.offset(end) if end is not None else float("inf")
         if start is not None and self.offset(start) > horizon:
@@ -100,6 +107,8 @@ class Context:
             call.cut and call.tokens and (response is None or self.offset(response) <= horizon)
         ):
             return "waiting" if self.silence(call, end) is not None else "flowing"
+        if start is not None and not call.heartbeats and horizon - self.offset(start) < BRIEF_MS:
+            return "brief"
         return "waiting"
 
     def during(self, call: Call) -> bool:
@@ -261,8 +270,11 @@ def edge(ctx: Context) -> Finding:
             assert f.bad_outcome is not None
             failed, other = f"outcome {f.bad_outcome.outcome}", f.bad_outcome
         found.add(f"retry-after: {text(value, 20)} with {failed}", [ref, other], retry_after=value)
-    for value, ref in f.proxies[:1]:
-        found.add(f"a proxy stood in the path (via: {text(value, 60)})", [ref], via=value)
+    # A proxy in the path is a suspect (buffering, idle timeouts) unless the backend's own
+    # failure explains the outcome: an exception it caught, or a call it left waiting.
+    if not f.errors and not any(ctx.state(c, f.ended) == "waiting" for c in f.calls.values()):
+        for value, ref in f.proxies[:1]:
+            found.add(f"a proxy stood in the path (via: {text(value, 60)})", [ref], via=value)
     if len(f.rays) > 1:
         found.add(
             f"{len(f.rays)} distinct cf-ray ids across the requests (the edge retried or split)",

@@ -318,6 +318,10 @@ def _calls_then(ctx: Context, end: Ref) -> str:
         first = ctx.first_token_at(call)
         when = f" (first token at +{first:.0f} ms)" if first is not None else ""
         parts.append(f"LLM call {call.label} was streaming{when}")
+    for call in [c for c in calls if ctx.state(c, end) == "brief"][:1]:
+        start = ctx.started(call)
+        waited = ctx.offset(end) - ctx.offset(start) if start is not None else 0.0
+        parts.append(f"LLM call {call.label} had begun only {ms(waited)} before, unanswered")
     return "; " + " and ".join(parts) if parts else ""
 
 
