@@ -240,6 +240,8 @@ class Tracker:
         # Anthropic sends a provisional count in message_start and the final one in
         # message_delta: the last one seen wins.
         self.facts.absorb(parsed)
+        if self.facts.finish_reasons:  # a finish reason beside usage: the answer is whole too
+            self.provider_done = True
         if isinstance(parsed, dict) and parsed.get("type") in _STREAM_END_TYPES:
             self.provider_done = True  # a data-only stream of typed events
 

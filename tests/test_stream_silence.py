@@ -6,6 +6,7 @@ and httpx2 clients instrumented by ``instrument_httpx``."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -28,6 +29,8 @@ BEAT_S = 0.05
 
 
 async def _chat(request: Request) -> StreamingResponse:
+    if request.query_params.get("shape") == "usage-null":
+        return StreamingResponse(_usage_null_frames(), media_type="text/event-stream")
     pause = float(request.query_params.get("pause", PAUSE_S))
 
     async def frames() -> AsyncIterator[bytes]:
@@ -37,6 +40,17 @@ async def _chat(request: Request) -> StreamingResponse:
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(frames(), media_type="text/event-stream")
+
+
+async def _usage_null_frames() -> AsyncIterator[bytes]:
+    """Chat Completions asked for usage (``stream_options``): every chunk says ``"usage":
+    null``, the finish reason comes in its own chunk, then the usage chunk, then ``[DONE]``."""
+    for delta, finish in (({"content": "Hi"}, None), ({}, "stop")):
+        chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": None}
+        yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    await asyncio.sleep(PAUSE_S)  # the usage chunk and [DONE] come later: nobody reads them
+    yield b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}\n\n'
+    yield b"data: [DONE]\n\n"
 
 
 @pytest.fixture(scope="module")
@@ -144,5 +158,28 @@ def test_an_app_that_stops_at_the_finish_reason_ended_a_whole_answer(
 
         words = asyncio.run(read())
     assert "".join(words).split() == ["one", "two", "three"]
+    (answer,) = events.of("backend.llm.call.response")
+    assert (answer["outcome"], answer["metadata"]["error_class"]) == ("ok", None)
+
+
+@pytest.mark.parametrize("library", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_a_finish_reason_beside_usage_null_also_ends_a_whole_answer(
+    cvdiag_events: CvdiagEvents, provider: str, library: Any
+) -> None:
+    """With ``stream_options={"include_usage": True}`` every chunk carries ``"usage": null``;
+    the app that stops at the finish reason still ended a whole answer."""
+    events = cvdiag_events("verbose")
+    host = provider.removeprefix("http://")
+
+    async def read() -> None:
+        async with instrument_httpx(library.AsyncClient(), llm_hosts={host: "openai"}) as client:
+            body = {"model": "m", "stream": True, "messages": []}
+            url = f"{provider}/v1/chat/completions?shape=usage-null"
+            async with client.stream("POST", url, json=body) as response:
+                async for line in response.aiter_lines():
+                    if '"finish_reason": "stop"' in line:
+                        break
+
+    asyncio.run(read())
     (answer,) = events.of("backend.llm.call.response")
     assert (answer["outcome"], answer["metadata"]["error_class"]) == ("ok", None)
