@@ -285,3 +285,14 @@ def test_a_repeated_test_id_in_records_means_either(log: Path) -> None:
         cvdiag("grep", "--json", "--test-id", "t-error", "--test-id", "t-empty", str(log)).stdout
     )
     assert {e["test_id"] for e in found} == {"t-error", "t-empty"}
+
+
+def test_ls_times_a_default_tier_request_from_its_start(tmp_path: Path) -> None:
+    """At the default tier a request's only envelope may be its terminal: its duration comes
+    from that terminal's ``duration_ms``, not from the span of one envelope (0 ms)."""
+    story = Story("lone-completion")
+    story.complete(22)
+    log = tmp_path / "default.log"
+    write_log(log, [story], noise=False)
+    (row,) = _json(cvdiag("ls", "--json", str(log)))
+    assert row["duration_ms"] == 22

@@ -15,6 +15,7 @@ from typing import Any, Final
 from cvdiag.analysis.calls import Call, Key, Ref
 from cvdiag.analysis.describe import edge_headers, number
 from cvdiag.analysis.reading import Record
+from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import (
     CLIENT_EXCEPTIONS,
     OK,
@@ -292,6 +293,12 @@ class Facts:
                 call.first_token_ms = first
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
+
+    def lead_ms(self, clock: Clock) -> float:
+        """How long before the first envelope (``clock``'s anchor) the first request began: 0
+        with its ingress in the log, else what a terminal's ``duration_ms`` says."""
+        lead = max([0.0] + [lasted - clock.offset_ms(ref.key) for ref, lasted in self.lasted])
+        return lead if lead > 1.0 else 0.0  # within the ms rounding: the ingress is there
 
     @property
     def client_aborts(self) -> list[Abort]:

@@ -44,14 +44,7 @@ class Context:
         self.clock = Clock(facts.first) if facts.first is not None else None
         #: Offsets count from the test id's first request's start: its ingress, or, in a log
         #: without one (the default tier), a terminal's ``duration_ms`` back from it.
-        self.shift = 0.0
-        if self.clock is not None:
-            clock = self.clock
-            self.shift = max(
-                [0.0] + [lasted - clock.offset_ms(ref.key) for ref, lasted in facts.lasted]
-            )
-            if self.shift <= 1.0:  # the ingress is there: ms rounding, not a missing start
-                self.shift = 0.0
+        self.shift = facts.lead_ms(self.clock) if self.clock is not None else 0.0
 
     def at(self, ref: Ref) -> str:
         return f"+{self.offset(ref):.0f} ms"

@@ -59,7 +59,10 @@ class Rows:
     def fold(self, order: int, slug: str, facts: Facts) -> bytes:
         verdict = classify(facts, first_token_timeout=self.timeout)
         first, last = facts.first, facts.last
-        duration = Clock(first).offset_ms(last) if first is not None and last is not None else None
+        duration = None
+        if first is not None and last is not None:  # from the first request's start
+            clock = Clock(first)
+            duration = clock.offset_ms(last) + facts.lead_ms(clock)
         ts = (first[0] if first is not None else "").encode()
         mono = first[1] if first is not None else 0
         return b"".join(
