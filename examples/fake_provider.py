@@ -293,21 +293,31 @@ class FakeProvider:
             return f"event: {name}\ndata: {json.dumps(payload)}\n\n"
 
         pending = {**response, "status": "in_progress", "output": [], "usage": None}
-        frames = [event("response.created", {"response": pending})]
+        # The item and its content part are announced before their deltas and closed after
+        # them, as the API does: the SDK's ``responses.stream()`` helper insists on it.
+        where = {"item_id": "msg_fake", "output_index": 0, "content_index": 0}
+        item = {**message, "status": "in_progress", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        frames = [
+            event("response.created", {"response": pending}),
+            event("response.output_item.added", {"output_index": 0, "item": item}),
+            event("response.content_part.added", {**where, "part": part}),
+        ]
         words = self.words[:1] if fail_mid else self.words
         frames += [
-            event(
-                "response.output_text.delta",
-                {"item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": word},
-            )
-            for word in words
+            event("response.output_text.delta", {**where, "delta": f"{word} "}) for word in words
         ]
         if fail_mid:  # the Responses API's own end for a response that failed
             error = {"code": "server_error", "message": FAIL_MID_MESSAGE}
             failed = {**pending, "status": "failed", "error": error}
             frames.append(event("response.failed", {"response": failed}))
             return self._stream(frames)
-        frames.append(event("response.completed", {"response": response}))
+        frames += [
+            event("response.output_text.done", {**where, "text": text}),
+            event("response.content_part.done", {**where, "part": {**part, "text": text}}),
+            event("response.output_item.done", {"output_index": 0, "item": message}),
+            event("response.completed", {"response": response}),
+        ]
         return self._stream(frames)
 
     # -- Gemini generateContent (JSON only) -------------------------------------------------

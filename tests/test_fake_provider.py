@@ -157,6 +157,8 @@ def test_fail_mid_answers_200_then_reports_the_providers_own_error(
     )
     assert [e.type for e in events] == [
         "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
         "response.output_text.delta",
         "response.failed",
     ]
@@ -172,3 +174,15 @@ def test_fail_mid_answers_200_then_reports_the_providers_own_error(
     )
     with pytest.raises(openai.APIError):
         list(stream)  # the SDK reads the stream lazily: the error comes as it is read
+
+
+def test_the_sdks_responses_stream_helper_reads_the_fake_as_the_api(
+    served: tuple[FakeProvider, str],
+) -> None:
+    """``responses.stream()`` checks the order of items, parts and deltas: the fake keeps it."""
+    provider, url = served
+    with chat_client(url).responses.stream(model="gpt-test", input="hello") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas).split() == provider.reply.split()  # a word a delta, as in chat
+    assert final.output_text == provider.reply
