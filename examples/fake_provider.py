@@ -323,8 +323,8 @@ class FakeProvider:
     # -- Gemini generateContent (JSON only) -------------------------------------------------
 
     async def _generate_content(self, request: Request) -> Response:
-        await self._seen(request)
-        failure = self._failure()
+        _, status, _ = await self._seen(request)  # a directive is honoured as on the other APIs
+        failure = self._failure(status)
         if failure is not None:
             return failure
         model = request.path_params["call"].partition(":")[0]

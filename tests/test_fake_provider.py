@@ -186,3 +186,13 @@ def test_the_sdks_responses_stream_helper_reads_the_fake_as_the_api(
         final = stream.get_final_response()
     assert "".join(deltas).split() == provider.reply.split()  # a word a delta, as in chat
     assert final.output_text == provider.reply
+
+
+def test_gemini_answers_the_directives_too(served: tuple[FakeProvider, str]) -> None:
+    _, url = served
+    body = {"contents": [{"role": "user", "parts": [{"text": "hello [fake:503]"}]}]}
+    answer = httpx.post(f"{url}/v1beta/models/gemini-test:generateContent", json=body, timeout=10)
+    assert answer.status_code == 503
+    body = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+    answer = httpx.post(f"{url}/v1beta/models/gemini-test:generateContent", json=body, timeout=10)
+    assert answer.status_code == 200
