@@ -75,6 +75,14 @@ class Call:
     waited_before_token_ms: float | None = None
 
     @property
+    def beat_interval(self) -> float | None:
+        """The heartbeat interval this call shows (beats come at whole intervals from its
+        start), or None when it did not wait long enough to beat."""
+        if not self.beats_before_token or not self.waited_before_token_ms:
+            return None
+        return self.waited_before_token_ms / self.beats_before_token
+
+    @property
     def label(self) -> str:
         return f"{self.provider or '?'}/{self.model or '?'}"
 

@@ -58,12 +58,8 @@ class Context:
     def beat_interval(self) -> float | None:
         """The heartbeat interval the log shows (beats come at whole intervals from a call's
         start), or None when no call waited long enough to beat."""
-        intervals = [
-            c.waited_before_token_ms / c.beats_before_token
-            for c in self.facts.calls.values()
-            if c.beats_before_token and c.waited_before_token_ms
-        ]
-        return min(intervals) if intervals else None
+        intervals = [c.beat_interval for c in self.facts.calls.values()]
+        return min((i for i in intervals if i is not None), default=None)
 
     def timeout(self) -> str:
         return f"the {self.timeout_ms / 1000:g} s first-token timeout"

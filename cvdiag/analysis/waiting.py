@@ -104,19 +104,19 @@ def _found_gone(ctx: Context) -> Finding:
     abort = gone[0]
     at = ctx.offset(abort.ref)
     for call in f.calls.values():
-        waited, beats = call.waited_before_token_ms, call.beats_before_token
-        if not beats or not waited:
+        interval, waited = call.beat_interval, call.waited_before_token_ms
+        if interval is None or waited is None:
             continue
         sign = ctx.first_token_at(call)
         what = "its first token"
         if sign is None and call.response is not None and not call.cut:
             sign, what = ctx.offset(call.response), "it answered"
-        interval = waited / beats  # beats come at whole intervals from the call's start
         if sign is None or not 0 <= at - sign <= interval:
             continue
         ending, end_refs = request_end(ctx)
         found.add(
-            f"LLM call {call.label} kept the backend waiting {ms(waited)} ({beats} heartbeats)"
+            f"LLM call {call.label} kept the backend waiting {ms(waited)}"
+            f" ({call.beats_before_token} heartbeats)"
             f" before {what} at +{sign:.0f} ms, and the client was found gone at the next"
             f" send: {ending}; it left while the backend waited, or just after",
             [*call.refs(), *end_refs],
@@ -138,12 +138,11 @@ def _busy(ctx: Context) -> Finding:
     if f.tier < Tier.VERBOSE or not f.client_aborts:
         return found
     abort = f.client_aborts[0]
-    states = [ctx.state(c, abort.ref) for c in f.calls.values()]
-    calls = list(f.calls.values())
-    answered = [c for c, s in zip(calls, states, strict=True) if s == "answered" and c.ok]
-    if not answered or any(s in ("waiting", "flowing") for s in states):
+    states = {c.span_id: ctx.state(c, abort.ref) for c in f.calls.values()}
+    answered = [c for c in f.calls.values() if states[c.span_id] == "answered" and c.ok]
+    if not answered or any(s in ("waiting", "flowing") for s in states.values()):
         return found
-    call = max(answered, key=lambda c: c.response.key if c.response is not None else ())
+    call = _latest(answered)
     assert call.response is not None
     left = ctx.offset(abort.ref)
     if f.first_byte is None and abort.bytes_before in (0, None):
@@ -253,7 +252,7 @@ def provider_empty(ctx: Context) -> Finding:
     ]
     if not answered:
         return found
-    call = max(answered, key=lambda c: c.response.key if c.response is not None else ())
+    call = _latest(answered)
     if call.tokens is None and any(c.tokens for c in f.calls.values()):
         return found
     began = ctx.started(call)
@@ -350,6 +349,11 @@ def healthy(ctx: Context) -> Finding:
         requests=f.completion_count,
     )
     return found
+
+
+def _latest(answered: list[Call]) -> Call:
+    """The call whose response came last (every one of ``answered`` has one)."""
+    return max(answered, key=lambda c: c.response.key if c.response is not None else ("", 0))
 
 
 def _count(calls: list[Call]) -> str:
