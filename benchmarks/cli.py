@@ -41,7 +41,7 @@ from pathlib import Path
 import orjson
 
 import cvdiag as package
-from cvdiag.envelope import NULL_EDGE_HEADERS
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS
 
 # The command's output goes to a temporary file, not /dev/null: GNU grep notices a stdout that
 # is /dev/null and stops at the first match (as -q does), which made ``grep -F`` look twice as

@@ -1,7 +1,7 @@
 """Per-envelope cost of one ``backend.sse.event``: the public ``emit()``, and the per-request
 template path the middleware writes its own envelopes with (``Emitter.lines_for`` →
-``RequestLines.event``, cvdiag/template.py), beside ``orjson.dumps`` of the envelope alone; and
-the cost of minting a UUIDv7 with cvdiag's RFC 9562 counter beside ``uuid6.uuid7()``.
+``RequestLines.event``, cvdiag/pipeline/template.py), beside ``orjson.dumps`` of the envelope alone;
+and the cost of minting a UUIDv7 with cvdiag's RFC 9562 counter beside ``uuid6.uuid7()``.
 
 Run: ``python benchmarks/emit.py [--n 50000] [--rounds 10] [--json]``. stdout is pointed at
 /dev/null (line-buffered, as under PYTHONUNBUFFERED=1) so the figures measure cvdiag, not the
@@ -32,9 +32,9 @@ import uuid6
 from harness import finish
 
 from cvdiag import RequestContext, Settings, configure, emit
-from cvdiag.context import set_context
-from cvdiag.envelope import NULL_EDGE_HEADERS, build
-from cvdiag.ids import new_uuid7
+from cvdiag.core.context import set_context
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS, build
+from cvdiag.schema.ids import new_uuid7
 from cvdiag.sinks import QueuedLineSink
 
 METADATA = {"event_type": "TEXT_MESSAGE_CONTENT", "payload_size_bytes": 187, "sequence_num": 12}
@@ -44,7 +44,7 @@ ROWS = (
     "public emit() → stdout sink",
     "request template → stdout sink",
     "uuid6.uuid7() (was cvdiag's)",
-    "cvdiag.ids.new_uuid7()",
+    "cvdiag.schema.ids.new_uuid7()",
 )
 
 

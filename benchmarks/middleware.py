@@ -61,9 +61,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, Settings, __version__, configure
-from cvdiag.emitter import Emitter
-from cvdiag.envelope import NULL_EDGE_HEADERS, clock_now
-from cvdiag.ids import new_uuid7
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS, clock_now
+from cvdiag.schema.ids import new_uuid7
 from cvdiag.sinks import StdoutSink
 
 EVENTS = 20

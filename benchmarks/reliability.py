@@ -119,7 +119,7 @@ ADVERSARIAL_UNITS = [
 
 
 def scrub_figures() -> list[Row]:
-    from cvdiag.scrub import scrub_text
+    from cvdiag.scrubbing.redact import scrub_text
 
     worst, worst_unit = 0.0, ""
     size = 10_000_000

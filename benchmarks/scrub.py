@@ -1,11 +1,11 @@
 """The scrubber's cost: typical strings against the scrubber before issue 15, its worst case on
 10 MB of adversarial input, and one emit of 64×64 adversarial nested strings.
 
-Run: ``python benchmarks/scrub.py [--baseline REV]``. The baseline is ``cvdiag/scrub.py`` as it
-was at REV (default: the commit before the rewrite), read from this repository's own git history
-and loaded as a module, so both are measured in the same process, interleaved. Targets (issue 15):
-a typical short string no slower than the baseline, the 10 MB worst case ≤ 30 ms, the emit
-≤ 50 ms.
+Run: ``python benchmarks/scrub.py [--baseline REV]``. The baseline is the scrubber
+(``cvdiag/scrub.py`` then) as it was at REV (default: the commit before the rewrite), read from this
+repository's own git history and loaded as a module, so both are measured in the same process,
+interleaved. Targets (issue 15): a typical short string no slower than the baseline, the 10 MB worst
+case ≤ 30 ms, the emit ≤ 50 ms.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from cvdiag import MemorySink, Settings, Tier
-from cvdiag.emitter import Emitter
-from cvdiag.scrub import scrub_text
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.scrubbing.redact import scrub_text
 
 #: The last commit whose scrubber predates issue 15.
 BASELINE = "3e4748e"
@@ -52,7 +52,8 @@ ADVERSARIAL = {
 
 
 def baseline_module(rev: str) -> types.ModuleType | None:
-    """``cvdiag/scrub.py`` at ``rev``, from this repository's history; None without git."""
+    """The scrubber at ``rev`` (``cvdiag/scrub.py`` then), from this repository's history; None
+    without git."""
     try:
         source = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{rev}:cvdiag/scrub.py"],

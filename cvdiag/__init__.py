@@ -7,56 +7,36 @@ importing the middleware, the scopes or the httpx transports it never needs.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
-__version__ = "0.1.0"
-
-
-class _Package(types.ModuleType):
-    """The package, whose ``scrub`` is the function even though a submodule has that name.
-
-    Importing the submodule ``cvdiag.scrub`` (which the emitter does) makes the import system
-    set the package attribute ``scrub`` to the module; this keeps the function there instead.
-    The function used to be imported eagerly for that reason, which cost every ``cvdiag``
-    command the scrubber's rules (a third of ``cvdiag --version``).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "scrub" and isinstance(value, types.ModuleType):
-            value = value.scrub
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+from cvdiag.core.version import __version__ as __version__
 
 _LAZY: dict[str, str] = {
     "AgentScope": "cvdiag.scopes",
-    "AsyncCvdiagTransport": "cvdiag.httpx",
+    "AsyncCvdiagTransport": "cvdiag.outbound.transports",
     "CallableSink": "cvdiag.sinks",
-    "CvdiagMiddleware": "cvdiag.middleware",
-    "CvdiagTransport": "cvdiag.httpx",
-    "Emitter": "cvdiag.emitter",
+    "CvdiagMiddleware": "cvdiag.asgi.middleware",
+    "CvdiagTransport": "cvdiag.outbound.transports",
+    "Emitter": "cvdiag.pipeline.emitter",
     "FileSink": "cvdiag.sinks",
     "LLMCall": "cvdiag.scopes",
-    "LogContextFilter": "cvdiag.log_context",
+    "LogContextFilter": "cvdiag.core.log_context",
     "LoggingSink": "cvdiag.sinks",
     "MemorySink": "cvdiag.sinks",
-    "RequestContext": "cvdiag.context",
-    "Settings": "cvdiag.settings",
+    "RequestContext": "cvdiag.core.context",
+    "Settings": "cvdiag.core.settings",
     "Sink": "cvdiag.sinks",
     "StdoutSink": "cvdiag.sinks",
-    "Tier": "cvdiag.schema",
-    "add_log_context": "cvdiag.log_context",
+    "Tier": "cvdiag.schema.vocabulary",
+    "add_log_context": "cvdiag.core.log_context",
     "agent_scope": "cvdiag.scopes",
-    "configure": "cvdiag.emitter",
-    "current_context": "cvdiag.context",
-    "emit": "cvdiag.emitter",
-    "flush": "cvdiag.emitter",
-    "get_emitter": "cvdiag.emitter",
-    "instrument_httpx": "cvdiag.httpx",
+    "configure": "cvdiag.pipeline.emitter",
+    "current_context": "cvdiag.core.context",
+    "emit": "cvdiag.pipeline.emitter",
+    "flush": "cvdiag.pipeline.emitter",
+    "get_emitter": "cvdiag.pipeline.emitter",
+    "instrument_httpx": "cvdiag.outbound.transports",
     "llm_call": "cvdiag.scopes",
-    "scrub": "cvdiag.scrub",
+    "scrub": "cvdiag.scrubbing.redact",
 }
 
 __all__ = [
@@ -92,15 +72,15 @@ TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cl
 if TYPE_CHECKING:
     from typing import Any
 
-    from cvdiag.context import RequestContext, current_context
-    from cvdiag.emitter import Emitter, configure, emit, flush, get_emitter
-    from cvdiag.httpx import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
-    from cvdiag.log_context import LogContextFilter, add_log_context
-    from cvdiag.middleware import CvdiagMiddleware
-    from cvdiag.schema import Tier
+    from cvdiag.asgi.middleware import CvdiagMiddleware
+    from cvdiag.core.context import RequestContext, current_context
+    from cvdiag.core.log_context import LogContextFilter, add_log_context
+    from cvdiag.core.settings import Settings
+    from cvdiag.outbound.transports import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
+    from cvdiag.pipeline.emitter import Emitter, configure, emit, flush, get_emitter
+    from cvdiag.schema.vocabulary import Tier
     from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call
-    from cvdiag.scrub import scrub
-    from cvdiag.settings import Settings
+    from cvdiag.scrubbing.redact import scrub
     from cvdiag.sinks import CallableSink, FileSink, LoggingSink, MemorySink, Sink, StdoutSink
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from cvdiag import emitter as _emitter_module
-from cvdiag.context import _CURRENT
-from cvdiag.emitter import Emitter
-from cvdiag.schema import Tier
-from cvdiag.settings import Settings
+from cvdiag.core.context import _CURRENT
+from cvdiag.core.settings import Settings
+from cvdiag.pipeline import emitter as _emitter_module
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.schema.vocabulary import Tier
 from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
 
 Envelope = Mapping[str, Any]

@@ -10,7 +10,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from cvdiag.schema import packaged_schema
+from cvdiag.schema.vocabulary import packaged_schema
 from tests.conftest import REFERENCE
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -28,7 +28,7 @@ def closed_metadata_errors(envelope: Mapping[str, Any]) -> list[str]:
 
 
 def assert_valid(envelope: Mapping[str, Any]) -> None:
-    """Valid against cvdiag/schema.json always, and against the published v1 schema whenever
+    """Valid against cvdiag/schema/schema.json always, and against the published v1 schema whenever
     the test id is a UUIDv7 (the documented extension admits sanitized join keys)."""
     reference, packaged = _validators()
     errors = [e.message for e in packaged.iter_errors(envelope)]

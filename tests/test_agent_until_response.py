@@ -18,8 +18,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, current_context, llm_call
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from tests.support.requests import of, one
 from tests.test_middleware_support import check_all, serve, wait_terminal
 

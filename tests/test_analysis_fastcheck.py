@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cvdiag.analysis import validate
 from cvdiag.analysis.fastcheck import compile_check
 from cvdiag.analysis.validate import MAX_BYTES, cvdiag_problems, problems, schema_problems
-from cvdiag.schema import packaged_schema
+from cvdiag.schema.vocabulary import packaged_schema
 from tests.test_analysis_validate import BASES, envelopes
 
 #: ``ts`` values around the RFC 3339 rule: ranges, leap days, offsets, non-ASCII digits.

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cvdiag.analysis import reading, search
 from cvdiag.analysis.inputs import InputError, Inputs
-from cvdiag.envelope import NULL_EDGE_HEADERS
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS
 from tests.support.cli import cvdiag
 
 MARKER = reading.MARKER

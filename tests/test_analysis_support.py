@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cvdiag.envelope import NULL_EDGE_HEADERS
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS
 from tests.schema_check import assert_valid
 
 T0 = datetime.datetime(2026, 11, 22, 3, 0, 0, tzinfo=datetime.timezone.utc)

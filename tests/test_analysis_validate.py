@@ -20,7 +20,7 @@ from cvdiag.analysis.validate import (
     is_date_time,
     schema_problems,
 )
-from cvdiag.schema import packaged_schema
+from cvdiag.schema.vocabulary import packaged_schema
 from tests.test_analysis_support import STORIES
 
 JSONSCHEMA = Draft202012Validator(packaged_schema())

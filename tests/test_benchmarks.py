@@ -41,7 +41,7 @@ EMIT = [
     "public emit() → stdout sink",
     "request template → stdout sink",
     "uuid6.uuid7() (was cvdiag's)",
-    "cvdiag.ids.new_uuid7()",
+    "cvdiag.schema.ids.new_uuid7()",
 ]
 
 

@@ -307,7 +307,7 @@ async def _late_reader(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"got " + body})
 
 
-#: Past the middleware's probe threshold (cvdiag/http_exchange.py PROBE_AFTER_S).
+#: Past the middleware's probe threshold (cvdiag/asgi/http_exchange.py PROBE_AFTER_S).
 PROBE_LATE_S = 0.6
 
 

@@ -29,7 +29,13 @@ def _loaded(*argv: str) -> set[str]:
 
 def test_version_imports_no_parser_no_reader_no_scrubber() -> None:
     loaded = _loaded("--version")
-    assert not loaded & {"argparse", "cvdiag.cli.arguments", "cvdiag.scrub", "orjson", "typing"}
+    assert not loaded & {
+        "argparse",
+        "cvdiag.cli.arguments",
+        "cvdiag.scrubbing.redact",
+        "orjson",
+        "typing",
+    }
     assert "cvdiag.analysis.reading" not in loaded
 
 
@@ -38,14 +44,22 @@ def test_grep_imports_neither_the_scrubber_nor_the_schema(tmp_path: Path) -> Non
     log.write_bytes(b"nothing here\nCVDIAG {} t-1\n")
     loaded = _loaded("grep", "--test-id", "t-1", str(log))
     assert "cvdiag.analysis.search" in loaded  # the plain file went the fast way
-    assert not loaded & {"cvdiag.scrub", "cvdiag.scrub_rules", "cvdiag.schema", "gzip", "typing"}
+    assert not loaded & {
+        "cvdiag.scrubbing.redact",
+        "cvdiag.scrubbing.rules",
+        "cvdiag.schema.vocabulary",
+        "gzip",
+        "typing",
+    }
 
 
-@pytest.mark.parametrize("first", ["import cvdiag.emitter", "import cvdiag.scrub", "pass"])
+@pytest.mark.parametrize(
+    "first", ["import cvdiag.pipeline.emitter", "import cvdiag.scrubbing.redact", "pass"]
+)
 def test_the_package_scrub_is_the_function_whatever_was_imported_first(first: str) -> None:
     code = (
-        f"{first}\nimport cvdiag\nfrom cvdiag import scrub\nimport cvdiag.scrub as again\n"
-        "print(callable(scrub), scrub is cvdiag.scrub is again, scrub({'k': 'v'}))"
+        f"{first}\nimport cvdiag\nfrom cvdiag import scrub\nimport cvdiag.scrubbing.redact as mod\n"
+        "print(callable(scrub), scrub is cvdiag.scrub is mod.scrub, scrub({'k': 'v'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split(" ", 2)[:2] == ["True", "True"]

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from cvdiag import CallableSink, MemorySink, Settings, configure, emit, flush, get_emitter
-from cvdiag.context import RequestContext, reset_context, set_context
-from cvdiag.emitter import Emitter
-from cvdiag.guard import failures
-from cvdiag.schema import BOUNDARY_TIER, Tier
+from cvdiag.core.context import RequestContext, reset_context, set_context
+from cvdiag.core.guard import failures
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 from cvdiag.sinks import StdoutSink
 from tests.schema_check import assert_valid
 

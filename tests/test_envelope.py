@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings, configure
-from cvdiag.context import RequestContext
-from cvdiag.emitter import Emitter
-from cvdiag.schema import (
+from cvdiag.core.context import RequestContext
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.schema.vocabulary import (
     BOUNDARY_TIER,
     BYTE_CAPS,
     DENIED_HEADERS,

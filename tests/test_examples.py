@@ -18,8 +18,8 @@ from websockets.sync.client import connect
 
 from cvdiag.analysis.classify import classify, gather
 from cvdiag.analysis.reading import Record, ts_key
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
 from tests.support.servers import serve_uvicorn

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from cvdiag import MemorySink, Settings, configure, instrument_httpx
-from cvdiag.forwarding import ForwardPolicy, is_local_host
+from cvdiag.core.forwarding import ForwardPolicy, is_local_host
 from tests.support.otel import sdk
 from tests.support.requests import in_request
 from tests.support.servers import serve_uvicorn

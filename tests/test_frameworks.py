@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from cvdiag import MemorySink
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
 from tests.support.servers import serve_uvicorn

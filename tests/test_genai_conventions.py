@@ -340,7 +340,8 @@ def test_the_bridge_works_without_the_conventions_package() -> None:
         """
         import json, sys
         sys.modules["opentelemetry.semconv"] = None  # as if not installed
-        from cvdiag import conventions, otel
+        from cvdiag.core import conventions
+        from cvdiag.otel import bridge
         names = {k: v for k, v in vars(conventions).items() if k.isupper() and isinstance(v, str)}
         names["metrics"] = list(conventions.metric_names())
         print(json.dumps([conventions.SEMCONV_PACKAGE, names]))
@@ -351,7 +352,7 @@ def test_the_bridge_works_without_the_conventions_package() -> None:
     )
     loaded, fallback = json.loads(done.stdout)
     assert loaded is False
-    from cvdiag import conventions
+    from cvdiag.core import conventions
 
     assert conventions.SEMCONV_PACKAGE
     here = {k: v for k, v in vars(conventions).items() if k.isupper() and isinstance(v, str)}

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from cvdiag import LLMCall, MemorySink, llm_call
-from cvdiag.heartbeat import HeartbeatScheduler, scheduler
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.scopes.heartbeat import HeartbeatScheduler, scheduler
 from tests.support.requests import of
 
 Envelope = Mapping[str, Any]

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 JOIN_KEY = re.compile(r"^[a-z0-9._-]{1,128}$")

@@ -21,8 +21,8 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider
 from tests.schema_check import assert_valid
 from tests.support.servers import serve_uvicorn

@@ -17,8 +17,8 @@ from structlog.testing import CapturingLogger
 
 import cvdiag
 from cvdiag import CvdiagMiddleware, LogContextFilter, add_log_context, agent_scope
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from tests.support.requests import of, one
 from tests.test_middleware_support import serve, wait_for
 

@@ -12,8 +12,8 @@ from fastapi import BackgroundTasks, Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from cvdiag import CvdiagMiddleware, RequestContext, current_context
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from tests.test_middleware_support import CLIENTS, check_all, only, serve, wait_for
 
 #: What each place saw: its context and the thread it ran on. Reset by ``context_app``.

@@ -15,8 +15,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, current_context, emit
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from tests.test_middleware_support import (
     CLIENTS,
     FAKE_KEY,

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from cvdiag.pytest_plugin import CvdiagEvents
-from cvdiag.schema import EDGE_VALUE_MAX
+from cvdiag.schema.vocabulary import EDGE_VALUE_MAX
 from tests.test_middleware_support import (
     FAKE_KEY,
     boundaries,

@@ -18,10 +18,10 @@ from cvdiag import (
     current_context,
     get_emitter,
 )
-from cvdiag.context import RequestContext
-from cvdiag.guard import failures
+from cvdiag.core.context import RequestContext
+from cvdiag.core.guard import failures
 from cvdiag.pytest_plugin import CvdiagEvents
-from cvdiag.schema import DENIED_HEADERS, EDGE_HEADER_KEYS, Tier
+from cvdiag.schema.vocabulary import DENIED_HEADERS, EDGE_HEADER_KEYS, Tier
 from tests.test_middleware_support import (
     FAKE_KEY,
     boundaries,
@@ -756,7 +756,7 @@ async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
         def feed(self, chunk: bytes) -> int:
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr("cvdiag.http_exchange.SSECounter", Broken)
+    monkeypatch.setattr("cvdiag.asgi.http_exchange.SSECounter", Broken)
     before = failures["middleware"]
     bare = await call(_bare(), http_scope("/chat/sse"))
     wrapped = await call(make_app(), http_scope("/chat/sse"))
@@ -773,7 +773,7 @@ async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
     def broken() -> str:
         raise RuntimeError("id source down")
 
-    monkeypatch.setattr("cvdiag.middleware.new_span_id", broken)
+    monkeypatch.setattr("cvdiag.asgi.middleware.new_span_id", broken)
     before = failures["middleware"]
     sent = await call(make_app(), http_scope("/plain"))
     assert sent[0]["status"] == 200

@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cvdiag import CvdiagMiddleware, MemorySink
-from cvdiag.schema import BYTE_CAPS, Tier
+from cvdiag.schema.vocabulary import BYTE_CAPS, Tier
 from tests.schema_check import assert_valid
 from tests.support.servers import serve_hypercorn, serve_uvicorn
 

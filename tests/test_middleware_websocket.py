@@ -12,8 +12,8 @@ import pytest
 from websockets.sync.client import connect
 
 from cvdiag import CvdiagMiddleware
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from tests.test_middleware_support import (
     FAKE_KEY,
     boundaries,

@@ -22,7 +22,7 @@ def test_runtime_dependencies_are_exactly_the_three() -> None:
 def test_typed_and_schema_are_packaged() -> None:
     package = Path(cvdiag.__file__).parent
     assert (package / "py.typed").exists()
-    assert (package / "schema.json").exists()
+    assert (package / "schema" / "schema.json").exists()
 
 
 def test_public_api_names() -> None:
@@ -53,7 +53,7 @@ def test_every_public_name_resolves_and_scrub_stays_the_function() -> None:
     import importlib
 
     package = importlib.import_module("cvdiag")
-    importlib.import_module("cvdiag.scrub")  # binds the submodule on the package, if lazily
+    importlib.import_module("cvdiag.scrubbing.redact")  # the scrubber loaded first changes nothing
     assert callable(package.scrub)
     assert package.scrub("sk-test-12345") == "[REDACTED]"
     for name in package.__all__:
@@ -63,8 +63,8 @@ def test_every_public_name_resolves_and_scrub_stays_the_function() -> None:
 def test_the_command_does_not_import_the_server_side() -> None:
     code = (
         "import sys, cvdiag.cli; "
-        "print(sorted(m for m in ('cvdiag.middleware', 'cvdiag.httpx', 'cvdiag.scopes', "
-        "'starlette') if m in sys.modules))"
+        "print(sorted(m for m in ('cvdiag.asgi.middleware', 'cvdiag.outbound.transports', "
+        "'cvdiag.scopes', 'starlette') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
@@ -73,7 +73,7 @@ def test_the_command_does_not_import_the_server_side() -> None:
 def test_the_command_does_not_compile_the_scrub_rules() -> None:
     # About 40 ms, more than half of the command's start-up: compiled on first use instead.
     code = (
-        "import cvdiag.cli, cvdiag.scrub_matches as m; print('active' in vars(m)); "
+        "import cvdiag.cli, cvdiag.scrubbing.matches as m; print('active' in vars(m)); "
         "import cvdiag; print(cvdiag.scrub('key sk-test-123456789abc')); print('active' in vars(m))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -82,7 +82,7 @@ def test_the_command_does_not_compile_the_scrub_rules() -> None:
 
 def test_rules_installed_before_the_first_scrub_are_the_ones_in_force() -> None:
     code = (
-        "from cvdiag.scrub import scrub_text, use_rules; "
+        "from cvdiag.scrubbing.redact import scrub_text, use_rules; "
         "use_rules(patterns=[r'acme-[0-9]{6}'], allow=['sk-test-123456789abc']); "
         "print(scrub_text('acme-123456 sk-test-123456789abc'))"
     )

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from cvdiag import emit, get_emitter
-from cvdiag.context import current_context
+from cvdiag.core.context import current_context
 from cvdiag.pytest_plugin import CvdiagEvents
 
 

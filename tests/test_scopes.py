@@ -19,9 +19,9 @@ from cvdiag import (
     current_context,
     llm_call,
 )
-from cvdiag.heartbeat import scheduler
 from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.scopes import current_llm_call
+from cvdiag.scopes.heartbeat import scheduler
 from tests.support.requests import in_request, of, one
 
 Envelope = Mapping[str, Any]

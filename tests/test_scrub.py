@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import scrub
-from cvdiag.scrub import REDACTED, SCAN_LIMIT, _redact
+from cvdiag.scrubbing.redact import REDACTED, SCAN_LIMIT, _redact
 from tests.conftest import REFERENCE
 
 

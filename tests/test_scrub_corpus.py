@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings, Tier, scrub
-from cvdiag.context import RequestContext
-from cvdiag.emitter import Emitter
-from cvdiag.schema import BYTE_CAPS
-from cvdiag.scrub import SCAN_LIMIT, scrub_identifier, scrub_text
+from cvdiag.core.context import RequestContext
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.schema.vocabulary import BYTE_CAPS
+from cvdiag.scrubbing.redact import SCAN_LIMIT, scrub_identifier, scrub_text
 from tests.support.corpus import benign, credentials
 
 CREDENTIALS = credentials()

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from cvdiag import scrub
-from cvdiag.scrub import REDACTED
-from cvdiag.scrub_rules import VENDOR_RULES, VendorRule
+from cvdiag.scrubbing.redact import REDACTED
+from cvdiag.scrubbing.rules import VENDOR_RULES, VendorRule
 
 CONTEXTS = ["{}", "key: {}", "({})", '"{}"', "x={}&y", "{}.", "\\n{}", "Authorization: {}"]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from cvdiag import MemorySink, Settings, Tier, configure, emit, scrub
-from cvdiag.scrub_rules import fake
+from cvdiag.scrubbing.rules import fake
 
 ACME = "acme_live_" + fake("lo", 24)
 DEMO_KEY = "sk-" + fake("an", 48)  # a published demo key, allowed on purpose

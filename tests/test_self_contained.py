@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cvdiag.schema import packaged_schema
+from cvdiag.schema.vocabulary import packaged_schema
 from tests.conftest import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]

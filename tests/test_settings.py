@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings, configure
-from cvdiag.schema import Tier
-from cvdiag.settings import DEBUG_ENVIRONMENTS, environment_problems
+from cvdiag.core.settings import DEBUG_ENVIRONMENTS, environment_problems
+from cvdiag.schema.vocabulary import Tier
 
 
 @pytest.mark.parametrize("value", ["1", "true", "TRUE", " yes ", "On", "\ton\n"])
@@ -176,7 +176,7 @@ def test_accepted_values_say_nothing() -> None:
 
 def test_emission_on_says_its_tier_and_sinks_on_stderr_only() -> None:
     code = (
-        "from cvdiag.emitter import get_emitter\n"
+        "from cvdiag.pipeline.emitter import get_emitter\n"
         "get_emitter(); get_emitter()\n"
         "from cvdiag import configure\nconfigure()\n"
     )
@@ -186,7 +186,7 @@ def test_emission_on_says_its_tier_and_sinks_on_stderr_only() -> None:
 
 
 def test_a_refused_debug_names_the_variables_that_set_the_label() -> None:
-    code = "from cvdiag.emitter import get_emitter\nget_emitter()"
+    code = "from cvdiag.pipeline.emitter import get_emitter\nget_emitter()"
     err = _stderr_of(code, CVDIAG_BACKEND_EMITTER="1", CVDIAG_DEBUG="1")
     assert "SHOWCASE_ENV, RAILWAY_ENVIRONMENT_NAME, PYTHON_ENV" in err
     assert "is unset" in err

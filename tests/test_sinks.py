@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from cvdiag import FileSink, Settings, StdoutSink
-from cvdiag.emitter import Emitter
+from cvdiag.pipeline.emitter import Emitter
 from tests.schema_check import assert_valid
 
 
@@ -220,7 +220,7 @@ def test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints() -> No
 def test_one_drain_from_the_loop_writes_a_whole_burst_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The loop writes a burst in slices of lines (cvdiag/queued_sink.py): a burst of many
+    # The loop writes a burst in slices of lines (cvdiag/sinks/queued.py): a burst of many
     # slices still goes out whole, in order, in the one drain, with nothing left queued.
     import asyncio
 

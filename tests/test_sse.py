@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag import sse
-from cvdiag.sse import SSECounter, SSEEvent, SSEParser, json_type
+from cvdiag.asgi import sse
+from cvdiag.asgi.sse import SSECounter, SSEEvent, SSEParser, json_type
 
 # --- a reference: the WHATWG EventSource algorithm over the whole stream at once ---------------
 

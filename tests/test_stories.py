@@ -28,8 +28,8 @@ from starlette.middleware.gzip import GZipMiddleware
 from websockets.sync.client import connect
 
 from cvdiag import CvdiagMiddleware, MemorySink, agent_scope, instrument_httpx, llm_call
-from cvdiag.ids import new_uuid7
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider
 from tests.support.servers import serve_uvicorn
 from tests.test_middleware_support import SERVERS, terminals, wait_for

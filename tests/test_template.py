@@ -1,4 +1,4 @@
-"""The templated path (cvdiag/template.py) writes the lines ``Emitter.emit`` would write.
+"""The templated path (cvdiag/pipeline/template.py) writes the lines ``Emitter.emit`` would write.
 
 Each request's own envelopes (event, first byte, complete, aborted) are made from templates
 serialized once; these tests hold them byte for byte to the general path's lines, for any
@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import FileSink, MemorySink, Settings
-from cvdiag.context import RequestContext
-from cvdiag.emitter import Emitter
-from cvdiag.schema import EDGE_HEADER_KEYS
+from cvdiag.core.context import RequestContext
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.pipeline.template import RequestLines
+from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
 from cvdiag.sinks import CallableSink, QueuedLineSink, Sink
-from cvdiag.template import RequestLines
 
 #: What differs between two envelopes made at different moments: their span id and times.
 _MOMENT = re.compile(rb'"span_id":"[0-9a-f]{16}"|"ts":"[^"]+"|"mono_ns":\d+')

@@ -12,7 +12,7 @@ from typing import Any
 from cvdiag.analysis.describe import describe
 from cvdiag.analysis.reading import Record
 from cvdiag.analysis.vocabulary import CUT, error_kind
-from cvdiag.schema import Tier
+from cvdiag.schema.vocabulary import Tier
 
 Key = tuple[str, int]
 

@@ -37,7 +37,7 @@ from cvdiag.analysis.describe import text
 from cvdiag.analysis.facts import Facts, gather
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.vocabulary import CUT, error_kind
-from cvdiag.schema import Tier
+from cvdiag.schema.vocabulary import Tier
 
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
 #: classes are also named at the default tier from a caught provider exception.

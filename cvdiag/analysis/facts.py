@@ -24,7 +24,7 @@ from cvdiag.analysis.vocabulary import (
     is_error_event,
     termination,
 )
-from cvdiag.schema import BOUNDARY_TIER, Tier
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: ``cf-mitigated`` values Cloudflare sets when it challenged or blocked the request.
 MITIGATIONS: Final = frozenset({"challenge", "jschallenge", "block"})

@@ -1,6 +1,6 @@
 """Envelopes checked against the packaged schema, without the jsonschema package.
 
-``schema_problems`` interprets ``cvdiag/schema.json`` itself, implementing exactly the JSON
+``schema_problems`` interprets ``cvdiag/schema/schema.json`` itself, implementing exactly the JSON
 Schema keywords the schema uses, with jsonschema's semantics (``1.0`` is an integer, ``true`` is
 not ``1``, ``pattern`` is a search), and refusing a schema that uses any other keyword, so a
 schema change cannot be silently ignored. A property test holds it to jsonschema's verdicts.
@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any, Final
 
 from cvdiag.analysis.fastcheck import ANNOTATIONS, compile_check
-from cvdiag.schema import BYTE_CAPS, Tier, packaged_schema
+from cvdiag.schema.vocabulary import BYTE_CAPS, Tier, packaged_schema
 
 MAX_BYTES: Final = BYTE_CAPS[Tier.DEBUG]
 

@@ -105,7 +105,7 @@ _PROVIDER_FAILURES: Final = frozenset(
 )
 _HTTP_STATUS: Final = re.compile(r"HTTP(\d{3})")
 #: Error classes (lowercased) that mean the call was cut, not answered: cvdiag's own
-#: ``Shutdown`` ends a call still outstanding when the process exits (cvdiag/llm_calls.py).
+#: ``Shutdown`` ends a call still outstanding when the process exits (cvdiag/scopes/llm_calls.py).
 _CUT_NAMES: Final = frozenset({"shutdown"})
 #: Exceptions that mean the client left: not an application error (older logs caught them).
 CLIENT_EXCEPTIONS: Final = frozenset({"WebSocketDisconnect", "ClientDisconnect"})

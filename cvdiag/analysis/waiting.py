@@ -14,7 +14,7 @@ from cvdiag.analysis.describe import ms, text
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import FOUND_GONE
-from cvdiag.schema import Tier
+from cvdiag.schema.vocabulary import Tier
 
 
 def request_end(ctx: Context) -> tuple[str, list[Ref]]:

@@ -3,6 +3,9 @@
 Every failure is one line on stderr (``cvdiag: error: ...``) and a documented exit code, never a
 traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
 3 an internal error, 130 interrupted.
+
+May import: cvdiag.analysis, cvdiag.core, cvdiag.schema; the demo (``demo.py``) also
+cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
         "ls": _lazy("cvdiag.cli.listing", "ls"),
         "tail": _lazy("cvdiag.cli.tail", "tail"),
         "stats": _lazy("cvdiag.cli.commands", "stats"),
-        "validate": _lazy("cvdiag.cli.commands", "validate_command"),
+        "validate": _lazy("cvdiag.cli.validating", "validate"),
         "demo": _lazy("cvdiag.cli.demo", "demo"),
     }
 
@@ -55,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = ""
     try:
         if words == ["--version"]:  # what argparse prints, without building every parser
-            from cvdiag import __version__
+            from cvdiag.core.version import __version__
 
             print(f"cvdiag {__version__}")
             return output.OK

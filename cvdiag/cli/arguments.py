@@ -17,18 +17,18 @@ import textwrap
 from collections.abc import Callable, Sequence
 from functools import cache
 
-from cvdiag import __version__
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.inputs import STDIN
 from cvdiag.analysis.times import parse_time
 from cvdiag.cli.output import UsageError
 from cvdiag.cli.style import COLORS
+from cvdiag.core.version import __version__
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from typing import Final, NoReturn
 
-    from cvdiag.schema import Tier
+    from cvdiag.schema.vocabulary import Tier
 
 # The schema (and the JSON of schema.json) is imported by the options that check against it:
 # ``cvdiag grep --test-id`` and ``cvdiag --version`` start without it.
@@ -69,13 +69,13 @@ def slug(value: str) -> str:
 @cache
 def boundaries() -> tuple[str, ...]:
     """Every boundary name the packaged schema allows."""
-    from cvdiag.schema import packaged_schema
+    from cvdiag.schema.vocabulary import packaged_schema
 
     return tuple(packaged_schema()["properties"]["boundary"]["enum"])
 
 
 def outcome(value: str) -> str:
-    from cvdiag.schema import OUTCOMES
+    from cvdiag.schema.vocabulary import OUTCOMES
 
     text = value.strip().lower()
     if text not in OUTCOMES:
@@ -95,7 +95,7 @@ def flap_class(value: str) -> str:
 
 
 def tier(value: str) -> Tier:
-    from cvdiag.schema import Tier
+    from cvdiag.schema.vocabulary import Tier
 
     try:
         return Tier[value.strip().upper()]

@@ -1,4 +1,5 @@
-"""The reading commands: grep, replay, classify and stats; validate is in ``validating``."""
+"""The reading commands: grep, replay, classify and stats (validate is in ``validating``, ls in
+``listing``; what they share in opening the logs is in ``opening``)."""
 
 from __future__ import annotations
 
@@ -11,75 +12,23 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from cvdiag.analysis.reading import (
-    STDIN,
-    Input,
-    Inputs,
     Malformed,
     Record,
     format_key,
     merged,
     records,
 )
+from cvdiag.cli.opening import again, names, opened, output_for
 from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output, say
-from cvdiag.cli.style import Progress, class_color
+from cvdiag.cli.style import class_color
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from cvdiag.analysis import classify as classifying
-    from cvdiag.analysis.pertest import Again
     from cvdiag.analysis.stats import Part
 
 # The classifier, the statistics, the timeline and the validator are imported by the commands
 # that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
-
-
-def _output(args: argparse.Namespace) -> Output:
-    return Output(live=STDIN in args.files, color=args.color)
-
-
-def _opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
-    """The inputs, with progress on stderr for a long read (when stderr is a terminal).
-    ``numbered=False``: positions are byte offsets (faster), for commands that show none."""
-    inputs = Inputs(args.files)
-    for item in inputs.inputs:
-        item.numbered = numbered
-    progress = Progress(args.command, None)
-    if progress.enabled:
-        inputs.watch(lambda done, total: _progress(progress, done, total))
-    args.progress = progress
-    return inputs
-
-
-def _progress(progress: Progress, done: int, total: int | None) -> None:
-    progress.total = total
-    progress.update(done)
-
-
-def again(args: argparse.Namespace, inputs: list[Input]) -> Again | None:
-    """A second read of the inputs, for the test ids ``pertest`` folded too early: only
-    envelopes of a test's story (no accounting), in the first read's order, nothing reported
-    twice. None when an input cannot be read twice."""
-    if not all(item.rereadable for item in inputs):
-        return None
-
-    def read(ids: frozenset[str]) -> Iterator[Record]:
-        with Inputs(args.files) as sources:
-            for source in sources:
-                source.numbered = False
-                for record in records(source, _already_reported, test_id=ids):
-                    if not record.envelope["boundary"].startswith("cvdiag."):
-                        yield record
-
-    return read
-
-
-def _already_reported(problem: Malformed) -> None:
-    pass
-
-
-def _names(args: argparse.Namespace) -> str:
-    names = ["stdin" if name == STDIN else name for name in args.files]
-    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} …"
 
 
 # --- grep -----------------------------------------------------------------------------------
@@ -113,10 +62,10 @@ def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
 
 def grep(args: argparse.Namespace) -> int:
     """Matching envelopes as ``CVDIAG {json}`` lines (re-readable by every command) or an array."""
-    out, malformed = _output(args), Malformations("grep")
+    out, malformed = output_for(args), Malformations("grep")
     match = _matcher(args)
     found = 0
-    with _opened(args, numbered=False) as inputs:
+    with opened(args, numbered=False) as inputs:
         for record in merged(inputs, malformed, test_id=args.test_ids):
             if not match(record):
                 continue
@@ -137,12 +86,12 @@ def grep(args: argparse.Namespace) -> int:
 
 
 def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Record]:
-    with _opened(args) as inputs:
+    with opened(args) as inputs:
         found = list(merged(inputs, malformed, test_id=args.test_id))
     args.progress.done()
     malformed.finish()
     if not found:
-        raise Failure(f"no envelope with test id {args.test_id} in {_names(args)}")
+        raise Failure(f"no envelope with test id {args.test_id} in {names(args)}")
     return found
 
 
@@ -241,7 +190,7 @@ def stats(args: argparse.Namespace) -> int:
     from cvdiag.analysis import stats as statistics
 
     malformed = Malformations("stats")
-    with _opened(args, numbered=False) as inputs:
+    with opened(args, numbered=False) as inputs:
         report = statistics.Stats(
             by_class=args.by_class,
             first_token_timeout=args.first_token_timeout,
@@ -261,7 +210,7 @@ def stats(args: argparse.Namespace) -> int:
     args.progress.done()
     malformed.finish()
     if not report.overall.envelopes:
-        raise Failure(f"no CVDIAG envelope in {_names(args)}")
+        raise Failure(f"no CVDIAG envelope in {names(args)}")
     data = report.to_json(malformed=malformed.count, first_token_timeout=args.first_token_timeout)
     data["set_aside_lines"] = malformed.set_aside
     out = Output(color=args.color)
@@ -312,12 +261,3 @@ def _stats_range(name: str, start: int, end: int) -> tuple[Part, _Kept]:
     finally:
         source.close()
     return report.partial(), kept
-
-
-# --- validate -------------------------------------------------------------------------------
-
-
-def validate_command(args: argparse.Namespace) -> int:
-    from cvdiag.cli.validating import validate
-
-    return validate(args)

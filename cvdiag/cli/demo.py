@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from cvdiag.analysis import classify, timeline
 from cvdiag.analysis.reading import Input, Record, records
 from cvdiag.cli.output import NOTHING, USAGE, Failure
-from cvdiag.emitter import configure, flush
-from cvdiag.schema import Tier
-from cvdiag.settings import Settings
+from cvdiag.core.settings import Settings
+from cvdiag.pipeline.emitter import configure, flush
+from cvdiag.schema.vocabulary import Tier
 from cvdiag.sinks import FileSink, MemorySink
 
 #: Where the demo writes its log, relative to the current directory.
@@ -87,7 +87,7 @@ def build_app() -> Starlette:
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket
 
-    from cvdiag.middleware import CvdiagMiddleware
+    from cvdiag.asgi.middleware import CvdiagMiddleware
     from cvdiag.scopes import agent_scope
 
     async def chat(request: Request) -> Response:

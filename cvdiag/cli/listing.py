@@ -15,7 +15,7 @@ from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.pertest import PerTestId
 from cvdiag.analysis.reading import format_key, records
 from cvdiag.analysis.timeline import Clock
-from cvdiag.cli.commands import _names, _opened, again
+from cvdiag.cli.opening import again, names, opened
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
 
@@ -119,7 +119,7 @@ def ls(args: argparse.Namespace) -> int:
     malformed = Malformations("ls")
     ids = frozenset(args.test_ids) if args.test_ids else None
     rows = Rows(args.first_token_timeout)
-    with _opened(args, numbered=False) as inputs:
+    with opened(args, numbered=False) as inputs:
         seen = PerTestId(rows.fold, rows.restore, again=again(args, inputs), warn=_warn)
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
@@ -130,7 +130,7 @@ def ls(args: argparse.Namespace) -> int:
     malformed.finish()
     folded = seen.finish()
     if not folded:
-        raise Failure(f"no CVDIAG envelope in {_names(args)}")
+        raise Failure(f"no CVDIAG envelope in {names(args)}")
     since = format_key(args.since) if args.since else None
     until = format_key(args.until) if args.until else None
 

@@ -20,7 +20,7 @@ import orjson
 from cvdiag.analysis.describe import describe
 from cvdiag.analysis.reading import STDIN, InputError, shape_problem, split_envelope
 from cvdiag.cli.output import OK, Output
-from cvdiag.schema import BOUNDARY_TIER, Tier
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: How often a followed file is polled for more (tail -f polls once a second).
 POLL_SECONDS: Final = 0.2

@@ -12,7 +12,7 @@ import argparse
 from cvdiag.analysis import ranges
 from cvdiag.analysis.reading import Input, Malformed, parsed_lines
 from cvdiag.analysis.validate import MAX_BYTES, fast_check, problems
-from cvdiag.cli.commands import _names, _opened, _output
+from cvdiag.cli.opening import names, opened, output_for
 from cvdiag.cli.output import NOTHING, OK, Failure, Output
 
 #: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
@@ -127,9 +127,9 @@ def _check(source: Input, tally: _Tally) -> None:
 
 
 def validate(args: argparse.Namespace) -> int:
-    out = _output(args)
+    out = output_for(args)
     tally = _Tally(out)
-    with _opened(args) as inputs:
+    with opened(args) as inputs:
         for source in inputs:
             _check(source, tally)
     args.progress.done()
@@ -145,6 +145,6 @@ def validate(args: argparse.Namespace) -> int:
     )
     out.flush()
     if not tally.envelopes and not tally.malformed and not tally.set_aside:
-        raise Failure(f"no CVDIAG envelope in {_names(args)}")
+        raise Failure(f"no CVDIAG envelope in {names(args)}")
     bad = tally.invalid + tally.malformed + (tally.set_aside if args.strict else 0)
     return NOTHING if bad else OK

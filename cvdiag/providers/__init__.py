@@ -10,6 +10,8 @@
 
 The httpx transports use ``detect`` and ``usage`` to record calls; the OpenTelemetry bridge uses
 ``catalog`` to name them. Nothing here imports httpx or OpenTelemetry's SDK.
+
+May import: cvdiag.core.
 """
 
 from __future__ import annotations

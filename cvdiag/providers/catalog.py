@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Final
 
-from cvdiag import conventions as sc
+from cvdiag.core import conventions as sc
 
 #: Host → provider (cvdiag's name). A key may carry a port (``"127.0.0.1:8001"``); one starting
 #: with ``.`` matches any subdomain (and one starting with ``-`` any host ending so).

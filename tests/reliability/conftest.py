@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cvdiag.guard import failures
+from cvdiag.core.guard import failures
 from tests.reliability.scale import SCALE
 
 

@@ -372,7 +372,7 @@ async def memory_run(requests: int, warmup: int) -> MemoryRun:
     import gc
 
     from cvdiag import Settings, Tier, configure, flush
-    from cvdiag.heartbeat import scheduler
+    from cvdiag.scopes.heartbeat import scheduler
     from tests.reliability.apps import build
 
     emitter = configure(

@@ -52,8 +52,8 @@ from cvdiag import (
     current_context,
     llm_call,
 )
-from cvdiag.emitter import Emitter, get_emitter
-from cvdiag.heartbeat import scheduler
+from cvdiag.pipeline.emitter import Emitter, get_emitter
+from cvdiag.scopes.heartbeat import scheduler
 from cvdiag.sinks import Sink
 from tests.reliability.apps import build
 from tests.reliability.drivers import MIX, ROOT, exchange

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cvdiag import CvdiagMiddleware, MemorySink, Settings, configure
-from cvdiag.emitter import Emitter
+from cvdiag.pipeline.emitter import Emitter
 from cvdiag.pytest_plugin import CvdiagEvents
-from cvdiag.schema import BOUNDARY_TIER, BYTE_CAPS, METADATA_KEYS, Tier
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, BYTE_CAPS, METADATA_KEYS, Tier
 from tests.reliability.apps import build
 from tests.reliability.drivers import answer, call, http_scope, websocket_call
 from tests.reliability.scale import SCALE

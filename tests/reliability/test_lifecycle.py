@@ -18,7 +18,7 @@ from tests.reliability.scale import SCALE
 pytestmark = pytest.mark.reliability
 
 COUNT = SCALE.lifecycle_envelopes
-#: Lines the writer thread takes off the queue at once (cvdiag/queued_sink.py).
+#: Lines the writer thread takes off the queue at once (cvdiag/sinks/queued.py).
 BATCH = 512
 
 

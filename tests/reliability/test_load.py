@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cvdiag.schema import BYTE_CAPS, Tier
+from cvdiag.schema.vocabulary import BYTE_CAPS, Tier
 from tests.reliability.apps import EVENTS
 from tests.reliability.drivers import Result, plan, run_load, server_process
 from tests.reliability.scale import DISCONNECT_SHARE, SCALE

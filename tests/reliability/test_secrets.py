@@ -32,8 +32,8 @@ from cvdiag import (
     configure,
     scrub,
 )
-from cvdiag.otel import SpanEventSink
-from cvdiag.scrub import _redact
+from cvdiag.otel.bridge import SpanEventSink
+from cvdiag.scrubbing.redact import _redact
 from tests.reliability.apps import build
 from tests.reliability.drivers import answer, call, http_scope, websocket_call
 from tests.reliability.scale import SCALE

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from cvdiag.scrub_rules import fake
+from cvdiag.scrubbing.rules import fake
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 _FILLER = re.compile(r"\{(an|hex|HEX|up|lo|dig|b64|url|b32):([0-9]+)\}")

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from cvdiag import MemorySink, RequestContext
-from cvdiag.context import reset_context, set_context
-from cvdiag.ids import new_span_id, new_uuid7
+from cvdiag.core.context import reset_context, set_context
+from cvdiag.schema.ids import new_span_id, new_uuid7
 
 Envelope = Mapping[str, Any]
 

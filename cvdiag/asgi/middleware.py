@@ -1,0 +1,265 @@
+"""``CvdiagMiddleware``: pure ASGI; tells each HTTP request's and WebSocket's story.
+
+The middleware class is thin: it decides once per request whether cvdiag is on, builds a
+per-request exchange object holding all the state, sets the request context and runs the app
+with the exchange's wrapped ``receive`` and ``send``. Everything cvdiag does inside a request
+runs under one guard: a failure there is counted (``record_failure("middleware", …)``), the
+exchange goes quiet, and the request proceeds as if cvdiag were absent. The app's own exceptions
+pass through unchanged.
+
+See docs/streaming.md for every boundary emitted, when, and the ``termination_kind`` values.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Final, Literal
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cvdiag.asgi.headers import (
+    CONTENT_LENGTH,
+    EDGE,
+    PATH_MAX,
+    content_length,
+    demo_name,
+    edge_value,
+)
+from cvdiag.asgi.http_exchange import HTTPExchange
+from cvdiag.asgi.lifespan import flushing_at_shutdown
+from cvdiag.asgi.websocket_exchange import WebSocketExchange
+from cvdiag.core.context import _STATE, RequestContext, reset_context, set_context
+from cvdiag.core.guard import record_failure, say
+from cvdiag.core.settings import Settings
+from cvdiag.pipeline import emitter as _emitters
+from cvdiag.pipeline.emitter import Emitter, get_emitter
+from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS, Tier
+from cvdiag.scopes.until_response import release
+from cvdiag.scrubbing.redact import scrub, scrub_text
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from cvdiag.pipeline.template import RequestLines
+
+
+def annotate_request(span: Span, ctx: RequestContext) -> None:
+    from cvdiag.otel.bridge import annotate_request as annotate
+
+    annotate(span, ctx)
+
+
+def finish_request(span: Span, scope: Scope, status: int, failure: BaseException | None) -> None:
+    from cvdiag.otel.bridge import finish_request as finish
+
+    finish(span, scope, status, failure)
+
+
+__all__ = ["CvdiagMiddleware"]
+
+_new_context: Final = partial(tuple.__new__, RequestContext)
+#: Scope types that get an OpenTelemetry server span.
+_TRACED: Final = frozenset({"http", "websocket"})
+
+
+class CvdiagMiddleware:
+    """Pure-ASGI middleware emitting the request, stream and error boundaries of each request.
+
+    ``settings=None`` follows the process-wide emitter (``configure()`` may be called after the
+    app is built); given settings, the middleware owns an emitter built from them once.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        slug: str | None = None,
+        settings: Settings | None = None,
+        exclude_paths: Iterable[str | re.Pattern[str]] = (),
+        slug_headers: Iterable[str] = ("x-aimock-context",),
+        test_id_headers: Iterable[str] = ("x-test-id",),
+        echo_test_id: bool = True,
+    ) -> None:
+        self.app = app
+        self._emitter = Emitter(settings) if settings is not None else None
+        self._slug = sanitize_slug(slug) if slug is not None else None
+        if slug is not None and self._slug is None:
+            say(f"CvdiagMiddleware: slug {scrub(slug)[:64]!r} is not a valid slug; ignored")
+        exact: set[str] = set()
+        patterns: list[re.Pattern[str]] = []
+        for item in (
+            (exclude_paths,) if isinstance(exclude_paths, (str, re.Pattern)) else exclude_paths
+        ):
+            if isinstance(item, re.Pattern):
+                patterns.append(item)
+            else:
+                exact.add(item)
+        self._exclude_exact = frozenset(exact)
+        self._exclude_patterns = tuple(patterns)
+        self._slug_headers = tuple(h.strip().lower().encode("latin-1") for h in slug_headers)
+        self._test_id_headers = tuple(h.strip().lower().encode("latin-1") for h in test_id_headers)
+        #: The response tells the client its test id in the header it would send it in.
+        self._echo = self._test_id_headers[0] if echo_test_id and self._test_id_headers else None
+        # Not request state: the tier's answers, recomputed whenever the emitter or tier changes.
+        self._allowed: tuple[Emitter, Tier, tuple[bool, bool, bool]] | None = None
+        self._wanted = frozenset(
+            (*self._slug_headers, *self._test_id_headers, *EDGE, CONTENT_LENGTH)
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        emitter = self._emitter or _emitters._emitter or get_emitter()
+        if not emitter.enabled:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, flushing_at_shutdown(send, emitter))
+            return
+        bridge = emitter.otel
+        if bridge is not None and scope["type"] in _TRACED and bridge.tracing():
+            with bridge.server_span(scope) as (span, owned):
+                await self._observe(scope, receive, send, emitter, span, owned=owned)
+            return
+        await self._observe(scope, receive, send, emitter, None)
+
+    async def _observe(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        emitter: Emitter,
+        span: Span | None,
+        *,
+        owned: bool = False,
+    ) -> None:
+        exchange: HTTPExchange | WebSocketExchange | None = None
+        try:
+            exchange = self._begin(scope, emitter, receive, send)
+            if span is not None and exchange is not None:
+                annotate_request(span, exchange.ctx)
+        except Exception as exc:
+            record_failure("middleware", exc)
+        if exchange is None:
+            await self.app(scope, receive, send)
+            return
+        token = set_context(exchange.ctx)
+        state_token = _STATE.set(exchange.state)
+        own = _emitters._REQUEST_EMITTER.set(emitter) if self._emitter is not None else None
+        failure: BaseException | None = None
+        try:
+            await self.app(scope, exchange.receive, exchange.send)
+        except BaseException as exc:
+            failure = exc
+            exchange.finish(exc)
+            raise
+        else:
+            exchange.finish(None)
+        finally:
+            if exchange.state.held is not None:
+                release(exchange.state, failure)
+            _STATE.reset(state_token)
+            reset_context(token)
+            if own is not None:
+                _emitters._REQUEST_EMITTER.reset(own)
+            if span is not None and owned:
+                finish_request(span, scope, exchange.status, failure)
+
+    def _allows(self, emitter: Emitter) -> tuple[bool, bool, bool]:
+        """What the emitter's tier keeps of ingress, first_byte and event; cached per tier."""
+        cached = self._allowed
+        tier = emitter.tier
+        if cached is not None and cached[0] is emitter and cached[1] is tier:
+            return cached[2]
+        answers = (
+            emitter.allows("backend.request.ingress"),
+            emitter.allows("backend.sse.first_byte"),
+            emitter.allows("backend.sse.event"),
+        )
+        self._allowed = (emitter, tier, answers)
+        return answers
+
+    def _excluded(self, path: str) -> bool:
+        if path in self._exclude_exact:
+            return True
+        return any(pattern.fullmatch(path) for pattern in self._exclude_patterns)
+
+    def _begin(
+        self, scope: Scope, emitter: Emitter, receive: Receive, send: Send
+    ) -> HTTPExchange | WebSocketExchange | None:
+        """The request's exchange, its context and its ingress; None to pass through."""
+        kind = scope["type"]
+        if kind == "http":
+            cls: type[HTTPExchange | WebSocketExchange] = HTTPExchange
+        elif kind == "websocket":
+            cls = WebSocketExchange
+        else:
+            return None  # lifespan and unknown scope types are not ours
+        path = scope.get("path") or "/"
+        # Under a root path (uvicorn --root-path, a mount) scope["path"] includes it; routes,
+        # exclusions and the demo name are the app's own path.
+        root = scope.get("root_path")
+        local = path[len(root) :] or "/" if root and path.startswith(root) else path
+        if (self._exclude_exact or self._exclude_patterns) and self._excluded(local):
+            return None
+        start = time.perf_counter()
+        wanted = self._wanted
+        found: dict[bytes, bytes] = {}
+        for name, value in scope.get("headers") or ():
+            if name in wanted and name not in found:
+                found[name] = value
+        test_id: str | None = None
+        for name in self._test_id_headers:
+            if name in found:
+                test_id = adopt_test_id(found[name])
+                break
+        slug = self._slug
+        if slug is None:
+            for name in self._slug_headers:
+                if name in found:
+                    slug = sanitize_slug(found[name])
+                    if slug is not None:
+                        break
+        span_id = new_span_id()
+        # Built as the tuple it is: NamedTuple's keyword __new__ costs four times as much.
+        ctx = _new_context(
+            (
+                test_id or new_uuid7(),  # test_id
+                emitter.new_trace_id(),  # trace_id
+                slug or "unknown",  # slug
+                demo_name(local),  # demo
+                span_id,  # span_id
+            )
+        )
+        allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
+        #: The request's templates, made for the ingress or (False) at its first envelope.
+        lines: RequestLines | Literal[False] | None = False
+        if allow_ingress:
+            edge: dict[str, str | None] | None = None
+            for raw, key in EDGE.items():
+                if raw in found:
+                    if edge is None:
+                        edge = dict.fromkeys(EDGE_HEADER_KEYS)
+                    edge[key] = edge_value(found[raw])
+            method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
+            path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
+            length = content_length(found.get(CONTENT_LENGTH))
+            lines = emitter.lines_for(ctx)
+            if lines is None or not lines.ingress(span_id, method, path, length, edge):
+                emitter.emit(
+                    "backend.request.ingress",
+                    outcome="info",
+                    metadata={"method": method, "path": path, "content_length": length},
+                    context=ctx,
+                    span_id=span_id,
+                    parent_span_id=None,
+                    edge_headers=edge,
+                )
+        exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
+        exchange.request_lines = lines
+        if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
+            exchange.head = True
+        exchange.echo = self._echo
+        return exchange

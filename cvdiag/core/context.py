@@ -1,0 +1,67 @@
+"""The per-request context, carried in a ContextVar.
+
+A ContextVar is copied into every asyncio task a handler creates and into Starlette's threadpool,
+so scopes and outbound calls find their request without being handed it.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+from typing import Any, NamedTuple
+
+
+class RequestContext(NamedTuple):
+    """What every envelope of one request shares; immutable.
+
+    ``span_id`` is the span that envelopes emitted here hang under: the request's ingress span,
+    or the innermost agent / LLM scope. A NamedTuple rather than a frozen dataclass: one is built
+    per request and per scope, and this costs a quarter as much.
+    """
+
+    test_id: str
+    trace_id: str
+    slug: str = "unknown"
+    demo: str = "default"
+    span_id: str | None = None
+
+    def child(self, span_id: str) -> RequestContext:
+        """The same request, with envelopes now hanging under ``span_id``."""
+        return self._replace(span_id=span_id)
+
+
+_CURRENT: ContextVar[RequestContext | None] = ContextVar("cvdiag_request_context", default=None)
+
+
+class RequestState:
+    """What the request's own code tells the middleware while the request runs (mutable).
+
+    ``streams``: instrumented LLM response streams opened in the request and not yet ended,
+    so that none outlives the request unread. ``turn_cut``: a scope saw the client leave.
+    ``held``: ``agent_scope(until="response")`` turns the request ends before its terminal
+    (cvdiag/scopes/until_response.py); ``responded``: that terminal is out. One is made per observed
+    request; scopes and transports find it through ``_STATE``.
+    """
+
+    __slots__ = ("held", "responded", "streams", "turn_cut")
+
+    def __init__(self) -> None:
+        self.streams: list[Any] | None = None
+        self.turn_cut = False
+        self.held: list[Any] | None = None
+        self.responded = False
+
+
+_STATE: ContextVar[RequestState | None] = ContextVar("cvdiag_request_state", default=None)
+
+
+def current_context() -> RequestContext | None:
+    """The context of the request (or scope) this code runs in, if any."""
+    return _CURRENT.get()
+
+
+def set_context(context: RequestContext | None) -> Token[RequestContext | None]:
+    return _CURRENT.set(context)
+
+
+def reset_context(token: Token[RequestContext | None]) -> None:
+    _CURRENT.reset(token)

@@ -1,0 +1,358 @@
+"""The gate and the single emit path.
+
+Every producer (middleware, scopes, the httpx transports, users) ends here. This is the only
+place that decides tiers, builds envelopes, applies caps and hands lines to sinks, and it never
+raises: a failure is counted and reported once on stderr.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final
+
+from cvdiag.core.context import _CURRENT, RequestContext
+from cvdiag.core.guard import announce_once, failures, record_failure, say
+from cvdiag.core.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
+from cvdiag.pipeline import assembly
+from cvdiag.pipeline import envelope as _envelope
+from cvdiag.pipeline.template import RequestLines
+from cvdiag.schema.ids import new_span_id, new_uuid7
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
+from cvdiag.scrubbing.redact import use_rules
+from cvdiag.sinks.base import LineSink, Sink
+
+if TYPE_CHECKING:
+    from cvdiag.pipeline.bridge import Bridge
+
+
+class _Inherit:
+    """Marker: take the parent span from the context."""
+
+
+INHERIT: Final = _Inherit()
+_NULL_EDGE: Final = _envelope.NULL_EDGE_HEADERS
+_MAX_DURATION: Final = 2**53
+
+
+def _duration(value: float | int | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # an object, "soon", 10**400: no duration
+        return None
+    if not math.isfinite(number):
+        return None
+    return max(0, min(round(number), _MAX_DURATION))
+
+
+class Emitter:
+    """Turns boundaries into envelopes and hands them to sinks, under one ``Settings``."""
+
+    def __init__(self, settings: Settings | None = None, *, sinks: Sequence[Sink] | None = None):
+        self.settings = settings if settings is not None else Settings.from_env()
+        #: The one check a disabled emitter costs.
+        self.enabled = self.settings.enabled
+        self._owned: tuple[Sink, ...] = ()
+        if sinks is None:
+            sinks = self._owned = assembly.default_sinks(self.settings)
+        #: The tracing bridge, only when asked for: off, it costs nothing at all.
+        self.otel: Bridge | None
+        self.otel, bridge_sinks = assembly.bridge_for(self.settings)
+        self.sinks: tuple[Sink, ...] = (*sinks, *bridge_sinks)
+        #: The sinks, when every one takes serialized lines alone (stdout, a file) and the
+        #: bridge is off: then per-request templates may write lines without building dicts.
+        self._line_sinks: tuple[LineSink, ...] | None = (
+            assembly.line_sinks(self.sinks) if self.otel is None else None
+        )
+        assembly.adopt_queues(self.sinks, self._queue_dropped_line, enabled=self.enabled)
+        self._set_tier(self.settings.tier)
+        # The scrubber is process-wide (ids, errors and the middleware use it before any emit):
+        # the latest emitter built sets its user rules.
+        use_rules(
+            patterns=self.settings.scrub_patterns,
+            keys=self.settings.scrub_keys,
+            allow=self.settings.scrub_allow,
+        )
+        #: Envelopes emitted at the debug tier, and when the first was.
+        self._debug_count = itertools.count(1)
+        self._debug_started: float | None = None
+        #: Read once per envelope at the debug tier: kept here, not looked up in the settings.
+        self._debug_bounds = (self.settings.debug_max_envelopes, self.settings.debug_max_seconds)
+        self._lock = threading.Lock()
+        self.emitted = 0
+        self.truncated = 0
+        self.metadata_dropped = 0
+        if self.enabled and self.settings.scrub_rejected:
+            say(
+                "CVDIAG_SCRUB_PATTERNS: ignored what is not a valid regular expression:"
+                f" {', '.join(repr(p[:64]) for p in self.settings.scrub_rejected)}"
+            )
+        if self.enabled and self.settings.debug_refused:
+            allowed = ", ".join(sorted(DEBUG_ENVIRONMENTS))
+            names = ", ".join(ENVIRONMENT_LABEL_VARS)
+            label = self.settings.environment
+            found = f"is {label!r}" if label is not None else "is unset"
+            say(
+                f"CVDIAG_DEBUG refused: the environment label ({names}, the first one set)"
+                f" {found}, not one of {allowed}; running at tier {self.tier.label}"
+            )
+        if self.enabled and settings is None:
+            announce_once(self.tier.label, self.sinks)
+
+    def new_trace_id(self) -> str:
+        """A new request's trace id: the current OpenTelemetry trace's (32 hex) when the bridge
+        is on and a span context exists, so stdout and traces join; else a UUIDv7."""
+        if self.otel is not None:
+            trace_id = self.otel.current_trace_id()
+            if trace_id is not None:
+                return trace_id
+        return new_uuid7()
+
+    @property
+    def tier(self) -> Tier:
+        return self._tier
+
+    def _set_tier(self, tier: Tier) -> None:
+        self._tier = tier
+        self._cap = BYTE_CAPS[tier]
+
+    @property
+    def byte_cap(self) -> int:
+        """The envelope byte cap of the tier in force."""
+        return self._cap
+
+    def lines_for(self, context: RequestContext) -> RequestLines | None:
+        """The request's own envelopes from templates, where they can serve (every sink takes
+        lines alone, the bridge is off: see cvdiag/pipeline/template.py); None: use ``emit``."""
+        if self._line_sinks is None:
+            return None
+        try:
+            return RequestLines(self, self._line_sinks, context)
+        except Exception as exc:
+            record_failure("emit", exc)
+            return None
+
+    def admits(self, tier: Tier) -> bool:
+        """The gate: whether an envelope of ``tier`` is written now. At the debug tier every
+        envelope spends the budget, and the one that exhausts it is gated again."""
+        if tier > self._tier:
+            return False
+        if self._tier is Tier.DEBUG and self._spend_debug_budget():
+            return tier <= self._tier
+        return True
+
+    def allows(self, boundary: str) -> bool:
+        """Whether ``boundary`` would be emitted now: lets producers skip building metadata."""
+        if not self.enabled:
+            return False
+        tier = BOUNDARY_TIER.get(boundary)
+        return tier is not None and tier <= self._tier
+
+    def emit(
+        self,
+        boundary: str,
+        *,
+        outcome: str = "info",
+        metadata: Mapping[str, Any] | None = None,
+        duration_ms: float | int | None = None,
+        context: RequestContext | None = None,
+        span_id: str | None = None,
+        parent_span_id: str | _Inherit | None = INHERIT,
+        edge_headers: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Emit one boundary. ``context`` defaults to the current request's.
+
+        This is the hot path of every tier (the debug tier runs it once per SSE event), so it is
+        written flat: one function from the gate to the sinks, no helper for the common case.
+        """
+        if not self.enabled:
+            return
+        try:
+            tier = BOUNDARY_TIER.get(boundary)
+            if tier is None:
+                record_failure("emit", f"unknown boundary {boundary[:64]!r} ignored")
+                return
+            if not self.admits(tier):
+                return
+            ctx = context if context is not None else _CURRENT.get()
+            if ctx is None:
+                ctx = RequestContext(test_id=new_uuid7(), trace_id=self.new_trace_id())
+            if outcome not in OUTCOMES:
+                record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
+                outcome = "info"
+            meta, dropped = _envelope.closed_metadata(boundary, metadata, self._cap)
+            env = _envelope.build(
+                boundary,
+                outcome=outcome,
+                metadata=meta,
+                duration_ms=None if duration_ms is None else _duration(duration_ms),
+                context=ctx,
+                span_id=span_id or new_span_id(),
+                parent_span_id=(
+                    ctx.span_id if isinstance(parent_span_id, _Inherit) else parent_span_id
+                ),
+                edge_headers=_NULL_EDGE if edge_headers is None else edge_headers,
+            )
+            if dropped:
+                env["_metadata_dropped"] = True
+                self.metadata_dropped += 1
+            line, env = _envelope.serialize(env, self._cap)
+            if "_truncated" in env:
+                self.truncated += 1
+            self.emitted += 1
+        except Exception as exc:
+            record_failure("emit", exc)
+            return
+        for sink in self.sinks:
+            try:
+                sink.write(env, line)
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def _spend_debug_budget(self) -> bool:
+        """DEBUG is bounded: past its time or envelope budget, fall back for good, once.
+
+        Returns whether the tier changed, so the envelope at hand is gated again. Lock-free on
+        the way through (``next()`` on a counter is atomic); the lock is taken only to fall back.
+        """
+        count = next(self._debug_count)
+        now = time.monotonic()
+        started = self._debug_started
+        if started is None:
+            started = self._debug_started = now
+        max_envelopes, max_seconds = self._debug_bounds
+        if count <= max_envelopes and now - started <= max_seconds:
+            return False
+        return self._fall_back(count, now - started)
+
+    def _fall_back(self, count: int, elapsed: float) -> bool:
+        with self._lock:
+            if self._tier is not Tier.DEBUG:
+                return True  # another thread fell back first
+            reason = (
+                "debug_time_bound"
+                if elapsed > self.settings.debug_max_seconds
+                else "debug_envelope_bound"
+            )
+            self._set_tier(self.settings.debug_fallback_tier)
+        self.emit(
+            "cvdiag.purge_audit",
+            metadata={
+                "reason": reason,
+                "from_tier": Tier.DEBUG.label,
+                "to_tier": self._tier.label,
+                "envelope_count": count - 1,
+                "elapsed_ms": round(elapsed * 1000),
+            },
+            parent_span_id=None,
+        )
+        return True
+
+    def _queue_dropped_line(self, count: int) -> bytes | None:
+        """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""
+        env = _envelope.build(
+            "cvdiag.queue_dropped",
+            outcome="info",
+            metadata={"dropped_count": count},
+            duration_ms=None,
+            context=RequestContext(test_id=new_uuid7(), trace_id=new_uuid7()),
+            span_id=new_span_id(),
+            parent_span_id=None,
+            edge_headers=_envelope.NULL_EDGE_HEADERS,
+        )
+        return _envelope.serialize(env, self._cap)[0]
+
+    def flush(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for sink in self.sinks:
+            try:
+                sink.flush(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def close(self) -> None:
+        """Flush every sink; close the ones this emitter created (never the caller's)."""
+        self.flush()
+        for sink in self._owned:
+            try:
+                sink.close()
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def stats(self) -> dict[str, int]:
+        """Counts for dashboards and tests: emitted, truncated, dropped, failures by kind."""
+        dropped = assembly.queue_dropped(self.sinks)
+        return {
+            "emitted": self.emitted,
+            "truncated": self.truncated,
+            "metadata_dropped": self.metadata_dropped,
+            "queue_dropped": dropped,
+            **{f"failures.{kind}": n for kind, n in failures.items()},
+        }
+
+
+# --- the process-wide emitter ----------------------------------------------------------------
+
+_emitter: Emitter | None = None
+_configure_lock = threading.Lock()
+#: A middleware given its own ``settings`` makes its emitter the one for its requests, so
+#: scopes, instrumented clients and ``emit()`` inside them use it too.
+_REQUEST_EMITTER: ContextVar[Emitter | None] = ContextVar("cvdiag_emitter", default=None)
+
+
+def get_emitter() -> Emitter:
+    """The emitter in force here: the request's (a middleware built with its own settings), else
+    the process-wide one, resolved from the environment on first use."""
+    emitter = _REQUEST_EMITTER.get() or _emitter
+    if emitter is None:
+        with _configure_lock:
+            emitter = _emitter
+            if emitter is None:
+                emitter = _install(Emitter())
+    return emitter
+
+
+def _install(emitter: Emitter) -> Emitter:
+    global _emitter
+    _emitter = emitter
+    return emitter
+
+
+def configure(settings: Settings | None = None, *, sinks: Sequence[Sink] | None = None) -> Emitter:
+    """Replace the process-wide emitter (settings default to the environment's) and return it.
+
+    The previous emitter is flushed first, so nothing it queued is lost.
+    """
+    new = Emitter(settings, sinks=sinks)
+    with _configure_lock:
+        old = _emitter
+        _install(new)
+    if old is not None:
+        old.close()
+    return new
+
+
+def emit(
+    boundary: str,
+    *,
+    outcome: str = "info",
+    metadata: Mapping[str, Any] | None = None,
+    duration_ms: float | int | None = None,
+) -> None:
+    """Emit ``boundary`` in the current request's context through the emitter in force."""
+    emitter = _REQUEST_EMITTER.get() or _emitter or get_emitter()
+    if emitter.enabled:
+        emitter.emit(boundary, outcome=outcome, metadata=metadata, duration_ms=duration_ms)
+
+
+def flush(timeout: float = 5.0) -> None:
+    """Write out everything queued, waiting at most ``timeout`` seconds."""
+    emitter = _emitter
+    if emitter is not None:
+        emitter.flush(timeout)

@@ -1,0 +1,283 @@
+"""The middleware's envelopes from templates: serialized once, finished with one ``bytes %``.
+
+A request's own boundaries (``backend.sse.event`` once per event at the debug tier,
+``backend.sse.first_byte``, ``backend.response.complete``, ``backend.sse.aborted``) share the
+request's context and differ in a few fields. Each boundary's envelope is serialized once per
+process through the one build and serialize path (``cvdiag.pipeline.envelope``), with every
+field that varies left as a ``%`` slot; a request fills in its context once (``RequestLines``), and
+each envelope is then a single ``bytes %`` of its span id, timestamps and metadata. The line is byte
+for byte the line ``Emitter.emit`` writes (tests/test_template.py holds them equal).
+
+The emitter offers templates only where nothing needs the envelope as a dict: every sink takes
+lines alone (stdout, a file) and the OpenTelemetry bridge is off. A line the template cannot
+make within the tier's byte cap is left to ``Emitter.emit`` (``False`` from a method here),
+which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.admits``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from random import getrandbits
+from time import monotonic_ns
+from typing import TYPE_CHECKING, Final, Protocol
+
+import orjson
+
+from cvdiag.core.context import RequestContext
+from cvdiag.core.guard import record_failure
+from cvdiag.pipeline import envelope as _envelope
+from cvdiag.pipeline.template_forms import (
+    ABORTED_ONCE,
+    COMPLETE_ONCE,
+    EVENT,
+    FIRST_BYTE_ONCE,
+    INGRESS_ONCE,
+)
+from cvdiag.schema.vocabulary import BOUNDARY_TIER
+from cvdiag.scrubbing.redact import scrub_identifier
+
+if TYPE_CHECKING:
+    from cvdiag.schema.vocabulary import Tier
+    from cvdiag.sinks.base import LineSink
+
+
+class Gate(Protocol):
+    """What the templates ask of the emitter (``Emitter`` is one): its gate, its cap, its count."""
+
+    emitted: int
+
+    @property
+    def byte_cap(self) -> int: ...
+
+    def admits(self, tier: Tier) -> bool: ...
+
+
+#: Event types one request keeps encoded; a stream of ever-new types is encoded per event.
+_TYPES_HELD: Final = 64
+
+_INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
+_EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+_clock_bytes: Final = _envelope.clock_bytes
+_FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
+_COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
+_ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
+_NULL_EDGE: Final = orjson.dumps(_envelope.NULL_EDGE_HEADERS)
+#: The words of the aborted envelope (CVDIAG v1 kinds, cvdiag's causes), JSON once each.
+_WORDS: dict[str, bytes] = {}
+_OUTCOME: Final = {True: b"ok", False: b"err"}
+
+
+def _edge_json(edge: Mapping[str, str | None] | None) -> bytes | None:
+    """The response's edge headers as JSON for a terminal line (all null without a response);
+    None when they cannot be written as is (a lone surrogate: emit escapes the envelope)."""
+    if edge is None:
+        return _NULL_EDGE
+    try:
+        return _envelope.line_safe(orjson.dumps(edge))
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _text_json(value: str) -> bytes:
+    """A string as ``envelope.serialize`` writes it: JSON, line-safe, a lone surrogate (which
+    orjson refuses) as its ``\\udXXX`` text."""
+    try:
+        encoded = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return encoded if encoded.isascii() else _envelope.line_safe(encoded)
+
+
+def _word(word: str) -> bytes:
+    encoded = _WORDS.get(word)
+    if encoded is None:
+        encoded = _WORDS[word] = orjson.dumps(word)
+    return encoded
+
+
+class RequestLines:
+    """One request's envelopes as lines. Each method returns False when ``Emitter.emit`` must
+    make the envelope instead (over the byte cap); True when it is written or gated out."""
+
+    __slots__ = ("_context", "_emitter", "_event", "_sinks", "_types")
+
+    def __init__(self, emitter: Gate, sinks: tuple[LineSink, ...], context: RequestContext) -> None:
+        self._emitter = emitter
+        self._sinks = sinks
+        test_id, trace_id, slug, demo, parent = context
+        #: The context's values as JSON, in key order; span_id's slot comes after trace_id.
+        self._context = (
+            _text_json(test_id),
+            _text_json(trace_id),
+            b"null" if parent is None else _text_json(parent),
+            _text_json(slug),
+            _text_json(demo),
+        )
+        #: The event format with this request's context in: a stream writes many.
+        self._event: bytes | None = None
+        self._types: dict[str, bytes] = {}
+
+    def _write(self, line: bytes) -> bool:
+        emitter = self._emitter
+        if len(line) > emitter.byte_cap:
+            return False  # emit cuts it down the ladder, and counts it
+        emitter.emitted += 1
+        for sink in self._sinks:
+            try:
+                sink.write_line(line)
+            except Exception as exc:
+                record_failure("sink", exc)
+        return True
+
+    def ingress(
+        self,
+        span_id: str,
+        method: str,
+        path: str,
+        length: int | None,
+        edge: Mapping[str, str | None] | None,
+    ) -> bool:
+        """The request's ``backend.request.ingress``: no parent span, its own span id."""
+        emitter = self._emitter
+        if not emitter.admits(_INGRESS_TIER):
+            return True
+        # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
+        # within one budget, an integer or None as is), so the line is the same.
+        budget = _envelope.Budget(emitter.byte_cap * _envelope.SCAN_PER_CAP)
+        method = _envelope.scrubbed(method, budget)
+        path = _envelope.scrubbed(path, budget)
+        try:
+            edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
+        except orjson.JSONEncodeError:
+            return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, _, slug, demo = self._context
+        return self._write(
+            INGRESS_ONCE
+            % (
+                test_id,
+                trace_id,
+                _text_json(span_id),
+                b"null",  # the ingress hangs under no span
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                edge_json,
+                _text_json(method),
+                _text_json(path),
+                b"null" if length is None else b"%d" % length,
+            )
+        )
+
+    def event(self, event_type: str, size: int, sequence: int) -> bool:
+        if not self._emitter.admits(_EVENT_TIER):
+            return True
+        form = self._event
+        if form is None:  # the context becomes constant text: escaped for the second format
+            form = self._event = EVENT % tuple(v.replace(b"%", b"%%") for v in self._context)
+        encoded = self._types.get(event_type)
+        if encoded is None:
+            # Scrubbed like any identifier, then cut, as closed metadata is.
+            encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
+            if len(self._types) < _TYPES_HELD:
+                self._types[event_type] = encoded
+        return self._write(
+            form
+            % (
+                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+                _clock_bytes(),
+                monotonic_ns(),
+                _NULL_EDGE,
+                encoded,
+                size,
+                sequence,
+            )
+        )
+
+    def first_byte(self, delta_ms: int) -> bool:
+        if not self._emitter.admits(_FIRST_BYTE_TIER):
+            return True
+        test_id, trace_id, parent, slug, demo = self._context
+        return self._write(
+            FIRST_BYTE_ONCE
+            % (
+                test_id,
+                trace_id,
+                getrandbits(64) or 1,
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                _NULL_EDGE,
+                delta_ms,
+            )
+        )
+
+    def complete(
+        self,
+        status: int,
+        length: int,
+        total_ms: int,
+        events: int,
+        edge: Mapping[str, str | None] | None,
+    ) -> bool:
+        if not self._emitter.admits(_COMPLETE_TIER):
+            return True
+        edge_json = _edge_json(edge)
+        if edge_json is None:
+            return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, parent, slug, demo = self._context
+        return self._write(
+            COMPLETE_ONCE
+            % (
+                test_id,
+                trace_id,
+                getrandbits(64) or 1,
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                total_ms,
+                _OUTCOME[100 <= status < 400],
+                edge_json,
+                status,
+                length,
+                total_ms,
+                events,
+            )
+        )
+
+    def aborted(
+        self,
+        kind: str,
+        before: int,
+        cause: str,
+        duration_ms: int,
+        edge: Mapping[str, str | None] | None = None,
+    ) -> bool:
+        if not self._emitter.admits(_ABORTED_TIER):
+            return True
+        edge_json = _edge_json(edge)
+        if edge_json is None:
+            return False  # a lone surrogate: emit escapes the whole envelope
+        test_id, trace_id, parent, slug, demo = self._context
+        return self._write(
+            ABORTED_ONCE
+            % (
+                test_id,
+                trace_id,
+                getrandbits(64) or 1,
+                parent,
+                slug,
+                demo,
+                _clock_bytes(),
+                monotonic_ns(),
+                duration_ms,
+                edge_json,
+                _word(kind),
+                before,
+                _word(cause),
+            )
+        )

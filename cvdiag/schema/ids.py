@@ -1,0 +1,106 @@
+"""Identifiers: minted UUIDv7 test and trace ids, span ids, and adoption of inbound ids."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from random import getrandbits
+from typing import Final
+
+from cvdiag.scrubbing.redact import scrub_identifier
+
+_UUID7: Final = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.IGNORECASE
+)
+_NOT_JOIN_KEY: Final = re.compile(r"[^a-z0-9._-]+")
+_NOT_SLUG: Final = re.compile(r"[^a-z0-9-]+")
+_SLUG: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
+_VERSION_7: Final = 0x7 << 76
+_VARIANT: Final = 0b10 << 62
+TEST_ID_MAX: Final = 128
+#: Inbound values are cut to this before any work, so a 1 MB header costs no more than a short one.
+_INBOUND_MAX: Final = 1024
+
+
+_mint_lock = threading.Lock()
+#: The last id's millisecond and its 12-bit counter (RFC 9562 §6.2, method 1).
+_last_ms = 0
+_counter = 0
+
+
+def new_uuid7() -> str:
+    """A fresh UUIDv7 in its canonical lowercase form (RFC 9562).
+
+    48 bits of Unix milliseconds, then ``rand_a`` as a 12-bit counter seeded at random below
+    2048 each millisecond (so ids minted in one millisecond stay ordered, with room for 2048 more),
+    then 62 random bits. Only past 4096 ids in one millisecond does the stamp borrow the next
+    one, so it stays on the wall clock at any rate Python can mint; a clock stepped back keeps
+    the last stamp, so ids stay ordered. About 1 µs (uuid6's ``uuid7()`` takes 3–6 µs).
+    """
+    global _last_ms, _counter
+    ms = time.time_ns() // 1_000_000
+    with _mint_lock:
+        if ms > _last_ms:
+            counter = getrandbits(11)
+        else:
+            ms = _last_ms
+            counter = _counter + 1
+            if counter > 0xFFF:
+                ms += 1
+                counter = getrandbits(11)
+        _last_ms, _counter = ms, counter
+    value = (ms << 80) | _VERSION_7 | (counter << 64) | _VARIANT | getrandbits(62)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def new_span_id() -> str:
+    """16 lowercase hex digits, never all zero (OpenTelemetry treats zero as invalid)."""
+    return f"{getrandbits(64) or 1:016x}"
+
+
+def _reset_after_fork() -> None:
+    global _mint_lock
+    _mint_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _text(raw: str | bytes | None) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        return raw[:_INBOUND_MAX].decode("latin-1")
+    return raw[:_INBOUND_MAX]
+
+
+def adopt_test_id(raw: str | bytes | None) -> str:
+    """Adopt an inbound test id: a UUIDv7 as-is (lowercased), else a sanitized join key.
+
+    The join key keeps harness ids such as ``d4-<slug>-<run>`` joinable; it is scrubbed first,
+    so a credential sent as a test id cannot reach an envelope: such an id becomes its stable
+    ``redacted-<digest>`` placeholder, distinct for distinct ids (never one shared "redacted",
+    which would join two tests' envelopes). Nothing usable → a fresh UUIDv7.
+    """
+    text = _text(raw).strip()
+    if len(text) == 36 and _UUID7.fullmatch(text):
+        return text.lower()
+    key = _NOT_JOIN_KEY.sub("", scrub_identifier(text).lower())[:TEST_ID_MAX]
+    return key or new_uuid7()
+
+
+def sanitize_slug(raw: str | bytes | None) -> str | None:
+    """A slug matching ``^[a-z][a-z0-9-]{0,63}$``, or None when nothing usable is left.
+
+    A value holding a credential is never copied: it becomes its ``redacted-<digest>``
+    placeholder (a valid slug, the same for the same value, distinct for distinct ones).
+    """
+    text = _text(raw).strip()
+    scrubbed = scrub_identifier(text)
+    if scrubbed != text:
+        return scrubbed
+    text = _NOT_SLUG.sub("-", text.lower()).lstrip("-0123456789")[:64].rstrip("-")
+    return text if _SLUG.fullmatch(text) else None

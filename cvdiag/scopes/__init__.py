@@ -1,0 +1,38 @@
+"""``agent_scope`` and ``llm_call``: the agent turn and the LLM calls inside a request.
+
+Both are context managers (``with`` and ``async with``) and decorators (sync and async functions,
+sync and async generators). This module is their public face. Holds what both scopes share
+(``scope.py``), their decorator forms (``forms.py``), the agent turn (``agent.py``), the agent
+turn the request ends before its terminal (``until_response.py``), the LLM call
+(``llm_calls.py``) and the one heartbeat scheduler thread (``heartbeat.py``).
+
+A scope entered outside any request gets a fresh context (new UUIDv7 test and trace ids) for its
+duration, so its envelopes, and the test id an instrumented httpx client forwards, still join.
+
+May import: cvdiag.core, cvdiag.otel, cvdiag.pipeline, cvdiag.providers, cvdiag.schema,
+cvdiag.sinks.
+"""
+
+from __future__ import annotations
+
+from cvdiag.scopes.agent import AgentScope, Until, agent_scope
+from cvdiag.scopes.llm_calls import (
+    ACTIVE_CALL,
+    SHUTDOWN_ERROR,
+    LLMCall,
+    current_llm_call,
+    end_outstanding_calls,
+    llm_call,
+)
+
+__all__ = [
+    "ACTIVE_CALL",
+    "SHUTDOWN_ERROR",
+    "AgentScope",
+    "LLMCall",
+    "Until",
+    "agent_scope",
+    "current_llm_call",
+    "end_outstanding_calls",
+    "llm_call",
+]

@@ -1,0 +1,92 @@
+"""Write out what is queued at exit and on SIGTERM, and start afresh in a forked child.
+
+Queued sinks register here when their writer starts; ``before_exit`` lets other parts say what
+must still be said first (a call outstanding at shutdown ends, cvdiag/scopes/llm_calls.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import Protocol
+
+from cvdiag.core.guard import record_failure
+
+
+class Queued(Protocol):
+    """What the exit flush asks of a queued sink (``QueuedLineSink`` is one)."""
+
+    def flush(self, timeout: float = 5.0) -> None: ...
+
+    def _reset_after_fork(self) -> None: ...
+
+
+#: Every queued sink alive in the process: each registers itself when it is built.
+live_sinks: weakref.WeakSet[Queued] = weakref.WeakSet()
+_hooks_installed = False
+
+
+#: Run before the exit flush: what must still be said (a call outstanding at shutdown ends).
+_before_exit: list[Callable[[], object]] = []
+
+
+def before_exit(fn: Callable[[], object]) -> None:
+    """Have ``fn`` run at exit and on SIGTERM, just before the queued lines are written."""
+    _before_exit.append(fn)
+
+
+#: The running loop or None: the C function itself, with no Python frame of ours per line.
+running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
+
+
+def flush_all(timeout: float = 5.0) -> None:
+    for fn in _before_exit:
+        try:
+            fn()
+        except Exception as exc:
+            record_failure("sink", exc)
+    deadline = time.monotonic() + timeout
+    for sink in list(live_sinks):
+        sink.flush(max(0.0, deadline - time.monotonic()))
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    flush_all(timeout=5.0)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def install_exit_hooks() -> None:
+    """Flush at normal exit (uncaught exceptions included) and on SIGTERM.
+
+    The SIGTERM handler is installed only where none is, and as early as possible: an enabled
+    emitter calls this when it is built. That matters under uvicorn, which saves the handlers it
+    finds at startup and, after its graceful shutdown, restores them and raises the signal again:
+    found in place, this handler then flushes before the process ends.
+    """
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(flush_all)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter, or no signals here
+            pass
+
+
+def _after_fork_in_child() -> None:
+    for sink in list(live_sinks):
+        sink._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,112 @@
+"""The queued sinks that write somewhere: stdout (the default) and a file."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import IO, Any
+
+from cvdiag.core.guard import record_failure
+from cvdiag.sinks.descriptor import close_descriptor, own_descriptor, write_all
+from cvdiag.sinks.queued import QueuedLineSink
+
+#: Outside strings orjson writes only ASCII, so escaping these keeps every line valid JSON.
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # outside the BMP: a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+class StdoutSink(QueuedLineSink):
+    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works.
+
+    Where ``sys.stdout`` is an unbuffered or line-buffered pipe, terminal or file, lines go to a
+    descriptor of cvdiag's own for it (see cvdiag/sinks/descriptor.py), written from the event loop
+    without blocking or from the writer thread; otherwise (block-buffered, a ``StringIO``,
+    pytest's capture) through ``sys.stdout``, from the writer thread.
+    """
+
+    def __init__(self, *, queue_size: int = 5000) -> None:
+        super().__init__(queue_size=queue_size)
+        self._stream: object = None
+        self._fd: int | None = None
+
+    def _loop_descriptor(self) -> int | None:
+        stream = sys.stdout
+        if stream is not self._stream:  # resolved once per stdout object, not per line
+            if not self._write_lock.acquire(blocking=False):
+                return None  # the thread is writing: it takes this line too
+            try:
+                close_descriptor(self._fd)
+                self._fd = own_descriptor(stream) if _whole_lines(stream) else None
+                self._stream = stream
+            finally:
+                self._write_lock.release()
+        return self._fd
+
+    def _write_bytes(self, data: bytes) -> None:
+        stream = sys.stdout
+        if stream is None:
+            raise OSError("sys.stdout is None")
+        if stream is self._stream and self._fd is not None:
+            write_all(self._fd, data)
+            return
+        text = data.decode("utf-8", "replace")
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
+            # console) would lose the whole batch over one accented name: write JSON's own
+            # \\uXXXX escapes instead, which every encoding can carry.
+            stream.write(_NON_ASCII.sub(_json_escape, text))
+        stream.flush()
+
+
+def _whole_lines(stream: Any) -> bool:
+    """Whether the host's own writes reach the descriptor as whole lines: unbuffered
+    (``PYTHONUNBUFFERED=1``, as most container images set) or line-buffered (a terminal).
+    A block-buffered stdout flushes mid-line, and a line of ours written beside it, rather
+    than through the same buffer, would be glued to the host's half line."""
+    try:
+        return bool(getattr(stream, "write_through", False) or stream.line_buffering)
+    except Exception:  # no such attribute, or a closed stream refusing to answer
+        return False
+
+
+class FileSink(QueuedLineSink):
+    """Appends ``CVDIAG {json}`` lines to a file (created if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, queue_size: int = 5000) -> None:
+        super().__init__(queue_size=queue_size)
+        self.path = os.fspath(path)
+        self._file: IO[bytes] | None = None
+
+    def _write_bytes(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the sink's life
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except BaseException:
+            # The batch is lost (and counted); let the next one reopen the file, which heals a
+            # descriptor closed or a disk filled under us.
+            self._close_file()
+            raise
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()  # flushes: may fail like the writes did; it is closed regardless
+            except Exception as exc:
+                record_failure("sink", exc)
+
+    def close(self) -> None:
+        super().close()
+        self._close_file()
