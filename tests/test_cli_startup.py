@@ -47,6 +47,7 @@ def test_grep_imports_neither_the_scrubber_nor_the_schema(tmp_path: Path) -> Non
     assert not loaded & {
         "cvdiag.scrubbing.redact",
         "cvdiag.scrubbing.rules",
+        "cvdiag.scrubbing.vendors",
         "cvdiag.schema.vocabulary",
         "gzip",
         "typing",

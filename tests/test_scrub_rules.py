@@ -8,7 +8,8 @@ import pytest
 
 from cvdiag import scrub
 from cvdiag.scrubbing.redact import REDACTED
-from cvdiag.scrubbing.rules import VENDOR_RULES, VendorRule
+from cvdiag.scrubbing.rules import VendorRule
+from cvdiag.scrubbing.vendors import VENDOR_RULES
 
 CONTEXTS = ["{}", "key: {}", "({})", '"{}"', "x={}&y", "{}.", "\\n{}", "Authorization: {}"]
 

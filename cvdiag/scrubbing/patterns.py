@@ -1,4 +1,4 @@
-"""The scrubber's patterns, compiled from the rules in ``scrub_rules`` (plus the user's).
+"""The scrubber's patterns, compiled from ``rules.py`` and ``vendors.py`` (plus the user's).
 
 Each pattern, once its literal anchor matches, takes a bounded run of characters with nothing
 required after it, so a failed attempt never rescans the text (cvdiag/scrubbing/redact.py says
@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from cvdiag.scrubbing import rules as _rules
+from cvdiag.scrubbing.vendors import VENDOR_RULES
 
 #: Characters of input scanned; envelopes are at most 16 KiB, so more could never be shown.
 SCAN_LIMIT: Final = 16_384
@@ -119,7 +120,7 @@ def build_rules(patterns: tuple[str, ...], keys: tuple[str, ...], allow: frozens
     tokens = re.compile(
         _START
         + "(?:"
-        + "|".join(rule.pattern for rule in _rules.VENDOR_RULES)
+        + "|".join(rule.pattern for rule in VENDOR_RULES)
         + ")[A-Za-z0-9_-]*"  # a token longer than its vendor documents still goes whole
     )
     user = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
@@ -154,7 +155,7 @@ def build_rules(patterns: tuple[str, ...], keys: tuple[str, ...], allow: frozens
             hint_groups[word.lower()] = hint_groups.get(word.lower(), 0) | group
 
     add(_rules.PRIVATE_KEY_HINTS, PEM)
-    for rule in _rules.VENDOR_RULES:
+    for rule in VENDOR_RULES:
         add(rule.hints, TOK)
     add(("://",), URL)
     add((*_rules.SCHEMES, *_rules.PARAM_SCHEMES), SCH)
