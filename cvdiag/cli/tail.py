@@ -18,7 +18,8 @@ from typing import IO, Final
 import orjson
 
 from cvdiag.analysis.describe import describe
-from cvdiag.analysis.reading import STDIN, InputError, shape_problem, split_envelope
+from cvdiag.analysis.reading import STDIN, InputError, split_envelope
+from cvdiag.analysis.shape import shape_problem
 from cvdiag.cli.output import OK, Output
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
