@@ -3,37 +3,37 @@
 Options may stand anywhere among the arguments (``cvdiag replay ID --json app.log``): each
 command is parsed on its own with ``parse_intermixed_args``, which argparse cannot do through
 sub-parsers. Filters case-fold like the ids they match, and a repeated filter means either.
+What each option's value may be is checked by the types in ``values.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import fnmatch
-import math
-import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from functools import cache
 
-from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.analysis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.inputs import STDIN
-from cvdiag.analysis.times import parse_time
 from cvdiag.cli.output import UsageError
 from cvdiag.cli.style import COLORS
+from cvdiag.cli.values import (
+    boundary,
+    count,
+    flap_class,
+    moment,
+    outcome,
+    seconds,
+    slug,
+    test_id,
+    tier,
+)
 from cvdiag.core.version import __version__
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from typing import Final, NoReturn
 
-    from cvdiag.schema.vocabulary import Tier
-
-# The schema (and the JSON of schema.json) is imported by the options that check against it:
-# ``cvdiag grep --test-id`` and ``cvdiag --version`` start without it.
-
-_TEST_ID: Final = re.compile(r"[a-z0-9._-]{1,128}")
 EXIT_CODES: Final = (
     "exit codes: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable"
     " input, 3 internal error"
@@ -46,102 +46,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
         raise UsageError(f"{command}: {message}" if command else message)
-
-
-# --- value types ----------------------------------------------------------------------------
-
-
-def test_id(value: str) -> str:
-    """A test id as envelopes carry it: lowercase ``[a-z0-9._-]``, at most 128 characters."""
-    text = value.strip().lower()
-    if not _TEST_ID.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a test id (envelope test ids match ^[a-z0-9._-]{{1,128}}$)"
-        )
-    return text
-
-
-def slug(value: str) -> str:
-    """Slugs are lowercase on the wire (``^[a-z][a-z0-9-]{0,63}$``): case-folded like ids."""
-    return value.strip().lower()
-
-
-@cache
-def boundaries() -> tuple[str, ...]:
-    """Every boundary name the packaged schema allows."""
-    from cvdiag.schema.vocabulary import packaged_schema
-
-    return tuple(packaged_schema()["properties"]["boundary"]["enum"])
-
-
-def outcome(value: str) -> str:
-    from cvdiag.schema.vocabulary import OUTCOMES
-
-    text = value.strip().lower()
-    if text not in OUTCOMES:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an outcome (choose from {', '.join(sorted(OUTCOMES))})"
-        )
-    return text
-
-
-def flap_class(value: str) -> str:
-    text = value.strip().lower()
-    if text not in CLASSES:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a class (choose from {', '.join(CLASSES)})"
-        )
-    return text
-
-
-def tier(value: str) -> Tier:
-    from cvdiag.schema.vocabulary import Tier
-
-    try:
-        return Tier[value.strip().upper()]
-    except KeyError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a tier (choose from default, verbose, debug)"
-        ) from None
-
-
-def moment(value: str) -> datetime.datetime:
-    parsed = parse_time(value)
-    if parsed is None:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-11-22T03:00:00Z)"
-        )
-    return parsed
-
-
-def seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return number
-
-
-def count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a count (0 or more)")
-    return number
-
-
-def boundary(value: str) -> str:
-    """A boundary name, or a glob (``backend.llm.*``) that names at least one."""
-    text = value.strip().lower()
-    if not any(fnmatch.fnmatchcase(name, text) for name in boundaries()):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} names no boundary (e.g. backend.request.ingress, backend.llm.*)"
-        )
-    return text
 
 
 # --- shared options -------------------------------------------------------------------------
