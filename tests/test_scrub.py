@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import scrub
-from cvdiag.scrubbing.redact import REDACTED, SCAN_LIMIT, _redact
+from cvdiag.scrubbing.passes import redact
+from cvdiag.scrubbing.redact import REDACTED, SCAN_LIMIT
 from tests.conftest import REFERENCE
 
 
@@ -155,4 +156,4 @@ def test_adversarial_inputs_are_bounded(text: str) -> None:
 def test_the_prefilter_never_hides_a_match(text: str, shape: str, embed: bool) -> None:
     # The hint search is only a shortcut: with or without it, the result is the same.
     sample = f"{text[:50]}{shape}{text[50:]}" if embed else text
-    assert _redact(sample) == _redact(sample, prefilter=False)
+    assert redact(sample) == redact(sample, prefilter=False)

@@ -190,7 +190,7 @@ def _probe(hints: Iterable[str]) -> tuple[re.Pattern[bytes], tuple[bytes, ...]]:
     punctuation mark (``~``) is looked for with ``in``.
 
     Escapes (``\\n``) and terminal colour codes before a token are left to the full search:
-    ``_clean`` does not trust this probe on text holding a backslash or an ESC.
+    ``passes.clean`` does not trust this probe on text holding a backslash or an ESC.
     """
     words: set[str] = set()
     marks: set[bytes] = set()

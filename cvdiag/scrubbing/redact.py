@@ -1,7 +1,8 @@
 """Secret redaction for every value an envelope carries.
 
-The rules are data in ``scrub_rules``, compiled in ``scrub_patterns``; what each match becomes
-is in ``scrub_matches``. This module runs the passes, bounds them, and scrubs identifiers.
+The rules are data in ``rules.py`` and ``vendors.py``, compiled in ``patterns.py``; what each
+match becomes is in ``matches.py``; the passes run in ``passes.py``. This module bounds them,
+caches what repeats, and scrubs identifiers and values that are not strings.
 
 Four promises shape this module:
 
@@ -24,22 +25,11 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Final
-from urllib.parse import unquote
 
 from cvdiag.scrubbing import matches as _matches
-from cvdiag.scrubbing.matches import REDACTED, key_value, private_key, scheme, token, userinfo
-from cvdiag.scrubbing.patterns import (
-    KV,
-    PEM,
-    PRIVATE_KEYS,
-    SCAN_LIMIT,
-    SCH,
-    SCHEME,
-    TOK,
-    URL,
-    USERINFO,
-    Rules,
-)
+from cvdiag.scrubbing.matches import REDACTED
+from cvdiag.scrubbing.passes import clean, redact
+from cvdiag.scrubbing.patterns import SCAN_LIMIT
 
 __all__ = [
     "IDENTIFIER_PREFIX",
@@ -57,10 +47,6 @@ _MARKER: Final = re.compile(r"…\[unscanned:[0-9]{1,15}\]\Z")
 #: A cut looks this far back for whitespace, where no token (so no credential) can be split.
 _CUT_LOOKBACK: Final = 512
 _CACHEABLE: Final = 64  # short strings (event types, names) repeat; their result is memoized
-#: Percent-encoding is undone at most this many times, looking for a credential it hides.
-_DECODE_ROUNDS: Final = 2
-#: A redaction can reveal another (a key whose value was a vendor token): passes to a fixed point.
-_PASSES: Final = 4
 IDENTIFIER_PREFIX: Final = "redacted-"
 _IDENTIFIER: Final = re.compile(r"redacted-[0-9a-f]{16}")
 
@@ -75,80 +61,7 @@ def use_rules(
         _identifier_short.cache_clear()
 
 
-# --- the passes -----------------------------------------------------------------------------
-
-
-def _groups(text: str, rules: Rules) -> int:
-    found = 0
-    hint_groups = rules.hint_groups
-    for hint in rules.hints.findall(text.lower()):
-        found |= hint_groups[hint]
-    return found
-
-
-def _substitute(text: str, groups: int, rules: Rules) -> str:
-    if groups & PEM:
-        text = PRIVATE_KEYS.sub(private_key, text)
-    if groups & TOK:
-        text = rules.tokens.sub(token, text)
-    if rules.user is not None:
-        text = rules.user.sub(token, text)
-    if groups & URL:
-        text = USERINFO.sub(userinfo, text)
-    if groups & SCH:
-        text = SCHEME.sub(scheme, text)
-    if groups & KV:
-        text = rules.keys.sub(key_value, text)
-    return text
-
-
-def _redact_once(text: str, *, prefilter: bool = True) -> str:
-    """Every pattern, on the text and on its percent-decodings: a credential hidden under
-    percent-encoding (``https%3A%2F%2Fuser%3Apw%40host`` in a path, an encoded redirect URL in
-    an error message) is found there, and the decoded text is kept, redacted."""
-    rules = _matches.active
-    every = PEM | TOK | URL | SCH | KV
-    groups = _groups(text, rules) if prefilter else every
-    out = _substitute(text, groups, rules) if groups or rules.user is not None else text
-    probe = out
-    for _ in range(_DECODE_ROUNDS):
-        if "%" not in probe:
-            break
-        decoded = unquote(probe)
-        if decoded == probe:
-            break
-        groups = _groups(decoded, rules) if prefilter else every
-        probe = _substitute(decoded, groups, rules)
-        if probe != decoded:
-            out = probe
-    return out
-
-
-def _clean(text: str, rules: Rules) -> bool:
-    """True when no pattern can match: the common case, decided in a few C calls (this runs for
-    every string an envelope carries, so it avoids even a generator)."""
-    if rules.user is not None or "%" in text or "\\" in text or "\x1b" in text:
-        return False
-    raw = text.encode("utf-8", "surrogatepass")
-    low = raw.lower()
-    if rules.probe.search(b" " + low) is not None:
-        return False
-    for mark in rules.marks:
-        if mark in low:
-            return False
-    return raw.islower() or raw.isupper() or rules.hump.search(raw) is None
-
-
-def _redact(text: str, *, prefilter: bool = True) -> str:
-    rules = _matches.active
-    if (prefilter and _clean(text, rules)) or text in rules.allow:
-        return text
-    out = _redact_once(text, prefilter=prefilter)
-    for _ in range(_PASSES - 1):
-        if out == text:
-            break
-        text, out = out, _redact_once(out, prefilter=prefilter)
-    return out
+# --- strings, cut to a bound ----------------------------------------------------------------
 
 
 def _safe_head(text: str, limit: int) -> str:
@@ -168,12 +81,12 @@ def _safe_head(text: str, limit: int) -> str:
 def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
     room = max(limit - _MARKER_ROOM, 0)
     head = _safe_head(text, room)
-    out = _redact(head)
+    out = redact(head)
     for _ in range(8):  # a redaction lengthened the text (pwd=x → pwd=[REDACTED]): scan less
         if len(out) <= room:
             break
         head = _safe_head(head, max(len(head) - (len(out) - room) - 1, 0))
-        out = _redact(head)
+        out = redact(head)
     else:
         head, out = "", ""
     return f"{out}…[unscanned:{(length or len(text)) - len(head)}]"
@@ -181,10 +94,10 @@ def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
 
 @lru_cache(maxsize=4096)
 def _scrub_short(text: str) -> str:
-    # _clean inlined here: this is the path of most strings an envelope carries.
-    if _clean(text, _matches.active):
+    # clean inlined here: this is the path of most strings an envelope carries.
+    if clean(text, _matches.active):
         return text
-    return _redact(text)
+    return redact(text)
 
 
 def scrub_text(text: str, limit: int = SCAN_LIMIT, *, length: int | None = None) -> str:
@@ -209,7 +122,7 @@ def scrub_text(text: str, limit: int = SCAN_LIMIT, *, length: int | None = None)
         head, tail = text, ""
     else:
         head, tail = text[: marker.start()], marker.group()
-    out = _scrub_short(head) if len(head) <= _CACHEABLE else _redact(head)
+    out = _scrub_short(head) if len(head) <= _CACHEABLE else redact(head)
     if len(out) + len(tail) <= limit:
         return out + tail
     return _cut_and_scrub(text, limit)

@@ -33,7 +33,7 @@ from cvdiag import (
     scrub,
 )
 from cvdiag.otel.bridge import SpanEventSink
-from cvdiag.scrubbing.redact import _redact
+from cvdiag.scrubbing.passes import redact
 from tests.reliability.apps import build
 from tests.reliability.drivers import answer, call, http_scope, websocket_call
 from tests.reliability.scale import SCALE
@@ -88,7 +88,7 @@ def test_percent_decoding_keeps_the_scrubbers_promises(
     out = scrub(text)
     assert leaks(out) == []
     assert scrub(out) == out  # idempotent
-    assert _redact(text) == _redact(text, prefilter=False)  # the prefilter hides nothing
+    assert redact(text) == redact(text, prefilter=False)  # the prefilter hides nothing
 
 
 # --- every placement, every sink -----------------------------------------------------------------
