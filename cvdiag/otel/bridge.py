@@ -1,4 +1,7 @@
-"""The OpenTelemetry bridge: cvdiag's boundaries as spans, span events and metrics.
+"""The OpenTelemetry bridge: cvdiag's boundaries as spans and metrics.
+
+The same boundaries as span events come from the sink in ``span_events.py``, which the emitter
+hands every envelope; the bridge is asked only per request, per agent and per LLM call.
 
 Only opentelemetry-api is imported. With no SDK configured the API hands out non-recording
 spans; the bridge checks for that once per request and then does nothing, and with
@@ -11,7 +14,6 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.propagators.textmap import Getter
@@ -30,21 +32,6 @@ if TYPE_CHECKING:
 
 _SCOPE: Final = "cvdiag"
 _UNCONFIGURED_METERS: Final = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
-#: Attributes may only be str, bool, int, float or homogeneous sequences of them.
-_PLAIN: Final = (str, bool, int, float)
-
-
-def _attribute(value: Any) -> Any:
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return value
-    return orjson.dumps(value).decode()
-
-
-def flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Envelope metadata as span attributes: nulls dropped, nested values as JSON text."""
-    return {key: _attribute(value) for key, value in metadata.items() if value is not None}
 
 
 def _scrubbed(value: str, limit: int = 256) -> str:
@@ -223,28 +210,6 @@ class OtelBridge:
 
     def record_abort(self, termination_kind: str) -> None:
         self._aborted.add(1, {"termination_kind": termination_kind})
-
-
-class SpanEventSink:
-    """Adds every envelope to the span current where it is emitted, as a span event named after
-    its boundary with its (already scrubbed) metadata as attributes."""
-
-    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
-        span = trace.get_current_span()
-        if not span.is_recording():
-            return
-        attributes = flatten(envelope["metadata"])
-        attributes["cvdiag.test_id"] = envelope["test_id"]
-        attributes["cvdiag.outcome"] = envelope["outcome"]
-        if envelope["duration_ms"] is not None:
-            attributes["cvdiag.duration_ms"] = envelope["duration_ms"]
-        span.add_event(str(envelope["boundary"]), attributes)
-
-    def flush(self, timeout: float = 5.0) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 class _ScopeHeaders(Getter[Mapping[str, Any]]):

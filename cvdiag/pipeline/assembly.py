@@ -26,7 +26,8 @@ def bridge_for(settings: Settings) -> tuple[Bridge | None, tuple[Sink, ...]]:
     costs nothing at all, not even its import."""
     if not settings.otel:
         return None, ()
-    from cvdiag.otel.bridge import OtelBridge, SpanEventSink
+    from cvdiag.otel.bridge import OtelBridge
+    from cvdiag.otel.span_events import SpanEventSink
 
     return OtelBridge(), (SpanEventSink(),)
 

@@ -32,7 +32,7 @@ from cvdiag import (
     configure,
     scrub,
 )
-from cvdiag.otel.bridge import SpanEventSink
+from cvdiag.otel.span_events import SpanEventSink
 from cvdiag.scrubbing.passes import redact
 from tests.reliability.apps import build
 from tests.reliability.drivers import answer, call, http_scope, websocket_call
