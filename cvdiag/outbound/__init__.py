@@ -1,7 +1,8 @@
 """The backend's own outbound calls: httpx and httpx2 transports.
 
-Holds the transports: header forwarding and an ``llm_call`` per LLM request
-(``transports.py``); the body wrappers, as httpx's or httpx2's own stream classes
+Holds the transports, their options and how they install on a client (``transports.py``);
+what they do to each request: header forwarding and an ``llm_call`` per LLM request
+(``exchange.py``); the body wrappers, as httpx's or httpx2's own stream classes
 (``streams.py``); following an LLM response's body to the call's one end (``tracking.py``).
 What a provider's request and answer say is read from ``cvdiag.providers``.
 
