@@ -20,6 +20,7 @@ from cvdiag.core.guard import announce_once, failures, record_failure, say
 from cvdiag.core.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
 from cvdiag.pipeline import assembly
 from cvdiag.pipeline import envelope as _envelope
+from cvdiag.pipeline.metadata import closed_metadata
 from cvdiag.pipeline.template import RequestLines
 from cvdiag.schema.ids import new_span_id, new_uuid7
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
@@ -186,7 +187,7 @@ class Emitter:
             if outcome not in OUTCOMES:
                 record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
                 outcome = "info"
-            meta, dropped = _envelope.closed_metadata(boundary, metadata, self._cap)
+            meta, dropped = closed_metadata(boundary, metadata, self._cap)
             env = _envelope.build(
                 boundary,
                 outcome=outcome,

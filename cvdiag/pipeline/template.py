@@ -26,6 +26,7 @@ import orjson
 from cvdiag.core.context import RequestContext
 from cvdiag.core.guard import record_failure
 from cvdiag.pipeline import envelope as _envelope
+from cvdiag.pipeline import metadata as _metadata
 from cvdiag.pipeline.template_forms import (
     ABORTED_ONCE,
     COMPLETE_ONCE,
@@ -143,9 +144,9 @@ class RequestLines:
             return True
         # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
         # within one budget, an integer or None as is), so the line is the same.
-        budget = _envelope.Budget(emitter.byte_cap * _envelope.SCAN_PER_CAP)
-        method = _envelope.scrubbed(method, budget)
-        path = _envelope.scrubbed(path, budget)
+        budget = _metadata.Budget(emitter.byte_cap * _metadata.SCAN_PER_CAP)
+        method = _metadata.scrubbed(method, budget)
+        path = _metadata.scrubbed(path, budget)
         try:
             edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
         except orjson.JSONEncodeError:
@@ -178,7 +179,7 @@ class RequestLines:
         encoded = self._types.get(event_type)
         if encoded is None:
             # Scrubbed like any identifier, then cut, as closed metadata is.
-            encoded = _text_json(scrub_identifier(event_type)[: _envelope.NAME_MAX])
+            encoded = _text_json(scrub_identifier(event_type)[: _metadata.NAME_MAX])
             if len(self._types) < _TYPES_HELD:
                 self._types[event_type] = encoded
         return self._write(
