@@ -4,7 +4,8 @@ Both are context managers (``with`` and ``async with``) and decorators (sync and
 sync and async generators). This module is their public face. Holds what both scopes share
 (``scope.py``), their decorator forms (``forms.py``), the agent turn (``agent.py``), the agent
 turn the request ends before its terminal (``until_response.py``), the LLM call
-(``llm_calls.py``) and the one heartbeat scheduler thread (``heartbeat.py``).
+(``llm_calls.py``), what it records while outstanding (``call_record.py``) and the one
+heartbeat scheduler thread (``heartbeat.py``).
 
 A scope entered outside any request gets a fresh context (new UUIDv7 test and trace ids) for its
 duration, so its envelopes, and the test id an instrumented httpx client forwards, still join.

@@ -3,7 +3,8 @@
 ``backend.llm.call.start`` carries the call's span and hangs under the enclosing scope;
 ``backend.llm.call.heartbeat`` and ``backend.llm.call.response`` hang under the start, so a
 replay nests a call's whole life under one node. A call still outstanding at shutdown ends with
-``error_class`` ``Shutdown``.
+``error_class`` ``Shutdown``. What a call records meanwhile (times, token count, facts for the
+span) is its base, ``CallRecord`` (cvdiag/scopes/call_record.py).
 """
 
 from __future__ import annotations
@@ -12,20 +13,16 @@ import threading
 import time
 import weakref
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from cvdiag.core.context import _CURRENT, RequestContext
 from cvdiag.core.errors import is_timeout
-from cvdiag.core.guard import record_failure
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
+from cvdiag.scopes.call_record import CallRecord
 from cvdiag.scopes.heartbeat import scheduler
 from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms, fresh_context
 from cvdiag.sinks.exit_flush import before_exit
-
-if TYPE_CHECKING:
-    from cvdiag.providers import RequestFacts, ResponseFacts
-
 
 #: Calls started and not yet ended, so that shutdown can end each with one response.
 _LIVE_CALLS: weakref.WeakSet[LLMCall] = weakref.WeakSet()
@@ -51,7 +48,7 @@ before_exit(end_outstanding_calls)
 ACTIVE_CALL: ContextVar[LLMCall | None] = ContextVar("cvdiag_llm_call", default=None)
 
 
-class LLMCall(Scope):
+class LLMCall(Scope, CallRecord):
     """One outstanding LLM call, and the handle to tell cvdiag how it went.
 
     Emits ``backend.llm.call.start``, a ``backend.llm.call.heartbeat`` every
@@ -63,28 +60,6 @@ class LLMCall(Scope):
     mistaken for an answered one. The caller's exception, cancellation included, propagates.
     """
 
-    #: What ``record_response`` (or an instrumented client) recorded.
-    response_token_count: int | None = None
-    #: The call's span (its start envelope's) once recorded; None when nothing is recorded.
-    span_id: str | None = None
-    #: ``time.monotonic()`` at start, and at the first chunk of a streamed response: the time
-    #: to first token (``first_token_delta_ms`` on the heartbeats that follow and the response).
-    started_at: float | None = None
-    first_chunk_at: float | None = None
-    #: ``time.monotonic()`` when an instrumented stream began waiting on the network for its
-    #: next chunk (None while the app holds the chunk it got): heartbeats carry the wait as
-    #: ``chunk_wait_ms``, so a provider gone silent mid-stream shows, and an app slow to
-    #: consume a buffered stream does not.
-    chunk_wait_since: float | None = None
-    #: True once the response envelope is emitted.
-    ended: bool = False
-    #: Set by an instrumented stream dropped unclosed (from a finalizer, which must not take
-    #: locks): the heartbeat thread ends the call at its next beat.
-    orphaned: bool = False
-    #: What an instrumented client knows of the request (operation, streaming, server) and
-    #: read from the response (tokens, response model and id, finish reasons): for the span.
-    request_facts: RequestFacts | None = None
-    response_facts: ResponseFacts | None = None
     _ctx: RequestContext | None = None
     _emitter: Emitter | None = None
     _lock: threading.Lock | None = None
@@ -107,26 +82,6 @@ class LLMCall(Scope):
 
     def __repr__(self) -> str:
         return f"llm_call({self.provider!r}, {self.model!r})"
-
-    @property
-    def time_to_first_chunk_ms(self) -> int | None:
-        if self.started_at is None or self.first_chunk_at is None:
-            return None
-        return max(0, round((self.first_chunk_at - self.started_at) * 1000))
-
-    def record_response(self, response_token_count: int | None = None) -> None:
-        """Record the answer's token count (kept for the response envelope at exit)."""
-        if response_token_count is None:
-            return
-        try:
-            self.response_token_count = max(0, int(response_token_count))
-        except (TypeError, ValueError, OverflowError) as exc:
-            record_failure("scopes", exc)
-
-    def mark_first_chunk(self) -> None:
-        """Note the arrival of the first response chunk (only the first counts)."""
-        if self.first_chunk_at is None:
-            self.first_chunk_at = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -248,19 +203,6 @@ class LLMCall(Scope):
     @property
     def heartbeat_ended(self) -> bool:
         return self.ended
-
-    def _beat(self, started: float) -> dict[str, Any]:
-        """A heartbeat's metadata. Once tokens flow it says since when (the call is streaming,
-        not waiting) and, from an instrumented client whose stream is waiting on the network,
-        for how long (a whole beat of waiting: the provider went silent mid-way)."""
-        metadata: dict[str, Any] = {"elapsed_ms_since_start": elapsed_ms(started)}
-        first = self.time_to_first_chunk_ms
-        if first is not None:
-            metadata["first_token_delta_ms"] = first
-            since = self.chunk_wait_since
-            if since is not None:
-                metadata["chunk_wait_ms"] = max(0, round((time.monotonic() - since) * 1000))
-        return metadata
 
     def heartbeat(self) -> None:
         if self.orphaned:
