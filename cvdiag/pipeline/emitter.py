@@ -1,4 +1,4 @@
-"""The gate and the single emit path.
+"""The single emit path, behind the gate (``gate.py``: ``Emitter`` is a ``TierGate``).
 
 Every producer (middleware, scopes, the httpx transports, users) ends here. This is the only
 place that decides tiers, builds envelopes, applies caps and hands lines to sinks, and it never
@@ -7,8 +7,6 @@ raises: a failure is counted and reported once on stderr.
 
 from __future__ import annotations
 
-import itertools
-import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -17,13 +15,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cvdiag.core.context import _CURRENT, RequestContext
 from cvdiag.core.guard import announce_once, failures, record_failure, say
-from cvdiag.core.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
+from cvdiag.core.settings import Settings
 from cvdiag.pipeline import assembly
 from cvdiag.pipeline import envelope as _envelope
+from cvdiag.pipeline.envelope import wire_duration
+from cvdiag.pipeline.gate import TierGate
 from cvdiag.pipeline.metadata import closed_metadata
 from cvdiag.pipeline.template import RequestLines
 from cvdiag.schema.ids import new_span_id, new_uuid7
-from cvdiag.schema.vocabulary import BOUNDARY_TIER, BYTE_CAPS, OUTCOMES, Tier
+from cvdiag.schema.vocabulary import BOUNDARY_TIER, OUTCOMES
 from cvdiag.scrubbing.redact import use_rules
 from cvdiag.sinks.base import LineSink, Sink
 
@@ -37,22 +37,9 @@ class _Inherit:
 
 INHERIT: Final = _Inherit()
 _NULL_EDGE: Final = _envelope.NULL_EDGE_HEADERS
-_MAX_DURATION: Final = 2**53
 
 
-def _duration(value: float | int | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):  # an object, "soon", 10**400: no duration
-        return None
-    if not math.isfinite(number):
-        return None
-    return max(0, min(round(number), _MAX_DURATION))
-
-
-class Emitter:
+class Emitter(TierGate):
     """Turns boundaries into envelopes and hands them to sinks, under one ``Settings``."""
 
     def __init__(self, settings: Settings | None = None, *, sinks: Sequence[Sink] | None = None):
@@ -72,7 +59,7 @@ class Emitter:
             assembly.line_sinks(self.sinks) if self.otel is None else None
         )
         assembly.adopt_queues(self.sinks, self._queue_dropped_line, enabled=self.enabled)
-        self._set_tier(self.settings.tier)
+        super().__init__(self.settings)
         # The scrubber is process-wide (ids, errors and the middleware use it before any emit):
         # the latest emitter built sets its user rules.
         use_rules(
@@ -80,12 +67,6 @@ class Emitter:
             keys=self.settings.scrub_keys,
             allow=self.settings.scrub_allow,
         )
-        #: Envelopes emitted at the debug tier, and when the first was.
-        self._debug_count = itertools.count(1)
-        self._debug_started: float | None = None
-        #: Read once per envelope at the debug tier: kept here, not looked up in the settings.
-        self._debug_bounds = (self.settings.debug_max_envelopes, self.settings.debug_max_seconds)
-        self._lock = threading.Lock()
         self.emitted = 0
         self.truncated = 0
         self.metadata_dropped = 0
@@ -95,14 +76,7 @@ class Emitter:
                 f" {', '.join(repr(p[:64]) for p in self.settings.scrub_rejected)}"
             )
         if self.enabled and self.settings.debug_refused:
-            allowed = ", ".join(sorted(DEBUG_ENVIRONMENTS))
-            names = ", ".join(ENVIRONMENT_LABEL_VARS)
-            label = self.settings.environment
-            found = f"is {label!r}" if label is not None else "is unset"
-            say(
-                f"CVDIAG_DEBUG refused: the environment label ({names}, the first one set)"
-                f" {found}, not one of {allowed}; running at tier {self.tier.label}"
-            )
+            self._say_debug_refused()
         if self.enabled and settings is None:
             announce_once(self.tier.label, self.sinks)
 
@@ -115,19 +89,6 @@ class Emitter:
                 return trace_id
         return new_uuid7()
 
-    @property
-    def tier(self) -> Tier:
-        return self._tier
-
-    def _set_tier(self, tier: Tier) -> None:
-        self._tier = tier
-        self._cap = BYTE_CAPS[tier]
-
-    @property
-    def byte_cap(self) -> int:
-        """The envelope byte cap of the tier in force."""
-        return self._cap
-
     def lines_for(self, context: RequestContext) -> RequestLines | None:
         """The request's own envelopes from templates, where they can serve (every sink takes
         lines alone, the bridge is off: see cvdiag/pipeline/template.py); None: use ``emit``."""
@@ -138,22 +99,6 @@ class Emitter:
         except Exception as exc:
             record_failure("emit", exc)
             return None
-
-    def admits(self, tier: Tier) -> bool:
-        """The gate: whether an envelope of ``tier`` is written now. At the debug tier every
-        envelope spends the budget, and the one that exhausts it is gated again."""
-        if tier > self._tier:
-            return False
-        if self._tier is Tier.DEBUG and self._spend_debug_budget():
-            return tier <= self._tier
-        return True
-
-    def allows(self, boundary: str) -> bool:
-        """Whether ``boundary`` would be emitted now: lets producers skip building metadata."""
-        if not self.enabled:
-            return False
-        tier = BOUNDARY_TIER.get(boundary)
-        return tier is not None and tier <= self._tier
 
     def emit(
         self,
@@ -192,7 +137,7 @@ class Emitter:
                 boundary,
                 outcome=outcome,
                 metadata=meta,
-                duration_ms=None if duration_ms is None else _duration(duration_ms),
+                duration_ms=None if duration_ms is None else wire_duration(duration_ms),
                 context=ctx,
                 span_id=span_id or new_span_id(),
                 parent_span_id=(
@@ -215,45 +160,6 @@ class Emitter:
                 sink.write(env, line)
             except Exception as exc:
                 record_failure("sink", exc)
-
-    def _spend_debug_budget(self) -> bool:
-        """DEBUG is bounded: past its time or envelope budget, fall back for good, once.
-
-        Returns whether the tier changed, so the envelope at hand is gated again. Lock-free on
-        the way through (``next()`` on a counter is atomic); the lock is taken only to fall back.
-        """
-        count = next(self._debug_count)
-        now = time.monotonic()
-        started = self._debug_started
-        if started is None:
-            started = self._debug_started = now
-        max_envelopes, max_seconds = self._debug_bounds
-        if count <= max_envelopes and now - started <= max_seconds:
-            return False
-        return self._fall_back(count, now - started)
-
-    def _fall_back(self, count: int, elapsed: float) -> bool:
-        with self._lock:
-            if self._tier is not Tier.DEBUG:
-                return True  # another thread fell back first
-            reason = (
-                "debug_time_bound"
-                if elapsed > self.settings.debug_max_seconds
-                else "debug_envelope_bound"
-            )
-            self._set_tier(self.settings.debug_fallback_tier)
-        self.emit(
-            "cvdiag.purge_audit",
-            metadata={
-                "reason": reason,
-                "from_tier": Tier.DEBUG.label,
-                "to_tier": self._tier.label,
-                "envelope_count": count - 1,
-                "elapsed_ms": round(elapsed * 1000),
-            },
-            parent_span_id=None,
-        )
-        return True
 
     def _queue_dropped_line(self, count: int) -> bytes | None:
         """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""

@@ -5,6 +5,7 @@ Its metadata arrives closed, JSON-safe and scrubbed (``metadata.py``).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -18,6 +19,7 @@ Envelope = dict[str, Any]
 
 #: All nine edge headers absent. Shared by every envelope that has none; never mutated.
 NULL_EDGE_HEADERS: Final[Mapping[str, str | None]] = dict.fromkeys(EDGE_HEADER_KEYS)
+_MAX_DURATION: Final = 2**53
 
 
 class _Clock:
@@ -64,6 +66,20 @@ def ms_since(start: float) -> int:
     wire (v1's ``duration_ms`` is an integer); never negative, even if the clock is stepped back
     (or patched) under a request."""
     return max(0, round((time.perf_counter() - start) * 1000))
+
+
+def wire_duration(value: float | int | None) -> int | None:
+    """A producer's ``duration_ms`` as the wire takes it: whole, finite, never negative, or
+    None for what is no duration."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # an object, "soon", 10**400: no duration
+        return None
+    if not math.isfinite(number):
+        return None
+    return max(0, min(round(number), _MAX_DURATION))
 
 
 def build(
