@@ -1,0 +1,210 @@
+"""An exchange's state, and the boundaries it emits after ingress: first byte, events, terminal.
+
+The base class of ``Exchange`` (``exchange.py``), where the send path and the app's exit decide
+when a boundary is due; here is what each one says, and the state it is made from. A line comes
+from the request's templates (cvdiag/pipeline/template.py) where they can make it, and from
+``Emitter.emit`` where they cannot (a sink that needs the dict, a line over the byte cap). The
+fields live on this base so that an exchange stays one object with one ``__slots__`` layout,
+each field read at the cost of a slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from starlette.types import Receive, Send
+
+from cvdiag.core.context import RequestContext, RequestState
+from cvdiag.pipeline.emitter import Emitter
+from cvdiag.pipeline.envelope import ms_since
+from cvdiag.scopes.until_response import end_held, ended_short
+
+if TYPE_CHECKING:
+    from cvdiag.pipeline.template import RequestLines
+
+
+class Boundaries:
+    """What a request's exchange knows, and the boundaries it emits from that: the first byte,
+    each stream event, and the one terminal (complete or aborted), which is emitted at most
+    once however many paths reach it."""
+
+    __slots__ = (
+        "_receive",
+        "_send",
+        "active",
+        "allow_events",
+        "allow_first_byte",
+        "bytes_sent",
+        "ctx",
+        "disconnected",
+        "echo",
+        "emitter",
+        "event_count",
+        "first_byte_seen",
+        "request_lines",
+        "response_edge",
+        "send_error",
+        "start",
+        "started",
+        "state",
+        "status",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        emitter: Emitter,
+        ctx: RequestContext,
+        receive: Receive,
+        send: Send,
+        start: float,
+        allow_first_byte: bool,
+        allow_events: bool,
+    ) -> None:
+        self.emitter = emitter
+        self.ctx = ctx
+        self._receive = receive
+        self._send = send
+        self.start = start
+        # Decided once per request: skip building what the tier would drop.
+        self.allow_first_byte = allow_first_byte
+        self.allow_events = allow_events
+        #: False once cvdiag itself failed in this request: from then on it only passes through.
+        self.active = True
+        self.started = False  # the response (or WebSocket accept / denial) has started
+        self.status = 0
+        self.response_edge: dict[str, str | None] | None = None
+        self.bytes_sent = 0
+        self.event_count = 0
+        self.first_byte_seen = False
+        self.disconnected = False  # the client's disconnect was seen on receive
+        self.send_error: BaseException | None = None  # what the server's send raised
+        self.terminal = False  # the one terminal boundary has been emitted
+        self.echo: bytes | None = None  # the header the test id goes back in (once)
+        #: What the request's own code reports while it runs (streams it opened, a cut turn).
+        self.state = RequestState()
+        #: The request's envelopes from templates (False: not made yet; None: use ``emit``).
+        self.request_lines: RequestLines | Literal[False] | None = False
+        self.setup()
+
+    def setup(self) -> None:
+        """The kind of exchange's own state: HTTP and WebSocket set theirs here, so neither
+        repeats the constructor."""
+
+    # -- boundaries ------------------------------------------------------------------------
+
+    def _emit(self, boundary: str, outcome: str, metadata: Mapping[str, Any]) -> None:
+        self.emitter.emit(boundary, outcome=outcome, metadata=metadata, context=self.ctx)
+
+    def _lines(self) -> RequestLines | None:
+        lines = self.request_lines
+        if lines is False:  # made at the first envelope after ingress
+            lines = self.request_lines = self.emitter.lines_for(self.ctx)
+        return lines
+
+    def first_byte(self, *, keepalive: bool = False) -> None:
+        """The first body chunk left; ``keepalive`` when it held only SSE comments (a ``: ping``
+        sent while the app waits), which say nothing of the model's tokens: marked so."""
+        self.first_byte_seen = True
+        if self.allow_first_byte:
+            delta = ms_since(self.start)
+            if keepalive:
+                meta: dict[str, object] = {"delta_ms_from_ingress": delta, "keepalive": True}
+                self._emit("backend.sse.first_byte", "info", meta)
+                return
+            lines = self._lines()
+            if lines is None or not lines.first_byte(delta):
+                self._emit("backend.sse.first_byte", "info", {"delta_ms_from_ingress": delta})
+
+    def event(self, event_type: str, size: int) -> None:
+        """Emit one stream event (debug tier) and count it."""
+        sequence = self.event_count
+        self.event_count = sequence + 1
+        lines = self._lines()
+        if lines is not None and lines.event(event_type, size, sequence):
+            return
+        self.emitter.emit(  # over the byte cap, or no templates here
+            "backend.sse.event",
+            metadata={
+                "event_type": event_type,
+                "payload_size_bytes": size,
+                "sequence_num": sequence,
+            },
+            context=self.ctx,
+        )
+
+    def settle(self) -> None:
+        """Account for anything sent but not yet looked at, before a terminal reads the totals."""
+
+    def settle_streams(self, *, body_end: bool) -> None:
+        """End the LLM streams this request opened and left unread, before its terminal."""
+        state = self.state
+        streams = state.streams
+        if streams:
+            state.streams = [s for s in streams if not s.request_ending(body_end=body_end)]
+
+    def responding_ends(self, *, completed: bool) -> None:
+        """The terminal is next: end the agent turns held for the response first (``ok`` when
+        the response completed, else ``cancelled``: it stopped without an exception)."""
+        state = self.state
+        state.responded = True
+        if state.held:
+            end_held(state, None if completed else ended_short())
+
+    def complete(self, status: int | None = None) -> None:
+        if self.terminal:
+            return
+        self.terminal = True
+        self.responding_ends(completed=True)
+        self.settle()
+        total = ms_since(self.start)
+        status = self.status if status is None else status
+        lines = self._lines()
+        if lines is not None and lines.complete(
+            status, self.bytes_sent, total, self.event_count, self.response_edge
+        ):
+            return
+        self.emitter.emit(
+            "backend.response.complete",
+            outcome="ok" if 100 <= status < 400 else "err",
+            metadata={
+                "http_status": status,
+                "content_length": self.bytes_sent,
+                "total_duration_ms": total,
+                "sse_event_count": self.event_count,
+            },
+            duration_ms=total,
+            context=self.ctx,
+            edge_headers=self.response_edge,
+        )
+
+    def abort(self, termination_kind: str, cause: str) -> None:
+        """``termination_kind`` is CVDIAG v1's (rst, timeout, chunk_error, fin_premature);
+        ``termination_cause`` (additive) says which of cvdiag's finer causes it was."""
+        if self.terminal:
+            return
+        self.terminal = True
+        self.responding_ends(completed=False)
+        self.settle()
+        if self.emitter.otel is not None:
+            self.emitter.otel.record_abort(termination_kind)
+        duration = ms_since(self.start)
+        lines = self._lines()
+        edge = self.response_edge  # a response that had started: what the edge added to it
+        if lines is not None and lines.aborted(
+            termination_kind, self.bytes_sent, cause, duration, edge
+        ):
+            return
+        self.emitter.emit(
+            "backend.sse.aborted",
+            outcome="err",
+            metadata={
+                "termination_kind": termination_kind,
+                "bytes_before_abort": self.bytes_sent,
+                "termination_cause": cause,
+            },
+            duration_ms=duration,
+            context=self.ctx,
+            edge_headers=edge,
+        )
