@@ -756,7 +756,7 @@ async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
         def feed(self, chunk: bytes) -> int:
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr("cvdiag.asgi.http_exchange.SSECounter", Broken)
+    monkeypatch.setattr("cvdiag.asgi.http_response.SSECounter", Broken)
     before = failures["middleware"]
     bare = await call(_bare(), http_scope("/chat/sse"))
     wrapped = await call(make_app(), http_scope("/chat/sse"))
