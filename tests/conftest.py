@@ -19,29 +19,14 @@ V1_TERMINATION_KINDS = frozenset({"rst", "timeout", "chunk_error", "fin_prematur
 
 # --- running in parallel, and the quick subset ----------------------------------------------
 #
-# A plain ``pytest`` runs on WORKERS pytest-xdist workers (``--dist loadgroup``): the suite waits
-# far more than it computes (real servers, subprocesses, sleeps), so more workers than this
-# 2-core machine has cores pays off; 4 was measured best (docs/architecture.md, "Tests"). Set
-# here rather than in pyproject.toml's addopts so that ``pytest -p no:xdist`` (and a venv
-# without pytest-xdist) still works: ``-n 0`` or any ``-n N`` given wins.
+# A plain ``pytest`` runs on WORKERS pytest-xdist workers: the suite waits far more than it
+# computes (real servers, subprocesses, sleeps), so more workers than this 2-core machine has
+# cores pays off; 4 was measured best (docs/architecture.md, "Tests"). ``--dist loadfile``: each
+# module runs whole on one worker, so that its module fixtures (a log written by real servers,
+# a fake provider, a demo run) are paid for once, not once per worker. Set here rather than in
+# pyproject.toml's addopts so that ``pytest -p no:xdist`` (or a venv without pytest-xdist)
+# still works; ``-n 0`` or any ``-n N`` / ``--dist`` given wins.
 WORKERS = 4
-
-#: Modules whose module-scoped fixtures are expensive (a log written by real servers, a demo
-#: run), or which share a once-per-process cache (tests/support/examples.py's offline runs):
-#: each group runs on one worker, so that the fixture is paid for once, not once per worker.
-XDIST_GROUPS = {
-    "tests/test_cli_shapes_real.py": "shapes-log",
-    "tests/test_cli_causes_real.py": "causes-log",
-    "tests/test_cli_gone_real.py": "gone-log",
-    "tests/test_cli_real.py": "real-log",
-    "tests/test_cli_parallel.py": "parallel-logs",
-    "tests/test_cli_spill.py": "spill-logs",
-    "tests/test_cli_commands.py": "commands-logs",
-    "tests/test_cli_usability.py": "usability-log",
-    "tests/test_cli_big_logs.py": "big-logs",
-    "tests/test_docs_snippets.py": "offline-runs",
-    "tests/test_examples_offline.py": "offline-runs",
-}
 
 #: What ``pytest -m "not slow"`` (the edit-test loop) leaves out: whole modules that start real
 #: servers or subprocesses, write big logs, run the docs or the examples; then single tests
@@ -90,20 +75,18 @@ SLOW = (
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``-n WORKERS --dist loadgroup`` unless the command line says otherwise (runs before
+    """``-n WORKERS --dist loadfile`` unless the command line says otherwise (runs before
     pytest-xdist's own hook, which turns ``-n`` into workers)."""
     if not config.pluginmanager.has_plugin("xdist") or "PYTEST_XDIST_WORKER" in os.environ:
         return
     if config.option.numprocesses is None and not config.option.collectonly:
         config.option.numprocesses = WORKERS
         if config.option.dist == "no":
-            config.option.dist = "loadgroup"
+            config.option.dist = "loadfile"
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     path = item.nodeid.split("::")[0]
-    if path in XDIST_GROUPS:
-        item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[path]))
     if item.get_closest_marker("reliability") or any(
         item.nodeid.split("[")[0] == slow or path.startswith(slow) for slow in SLOW
     ):
