@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,82 @@ pytest_plugins = ["pytester"]
 REFERENCE = Path(__file__).resolve().parent / "data"
 #: CVDIAG v1's ``termination_kind`` values: the only ones cvdiag may write.
 V1_TERMINATION_KINDS = frozenset({"rst", "timeout", "chunk_error", "fin_premature"})
+
+
+# --- running in parallel, and the quick subset ----------------------------------------------
+#
+# A plain ``pytest`` runs on WORKERS pytest-xdist workers: the suite waits far more than it
+# computes (real servers, subprocesses, sleeps), so more workers than this 2-core machine has
+# cores pays off; 4 was measured best (docs/architecture.md, "Tests"). ``--dist loadfile``: each
+# module runs whole on one worker, so that its module fixtures (a log written by real servers,
+# a fake provider, a demo run) are paid for once, not once per worker. Set here rather than in
+# pyproject.toml's addopts so that ``pytest -p no:xdist`` (or a venv without pytest-xdist)
+# still works; ``-n 0`` or any ``-n N`` / ``--dist`` given wins.
+WORKERS = 4
+
+#: What ``pytest -m "not slow"`` (the edit-test loop) leaves out: whole modules that start real
+#: servers or subprocesses, write big logs, run the docs or the examples; then single tests
+#: (by node id, without parameters) that take more than about half a second. The tests marked
+#: ``reliability`` are slow too. Everything still runs in a plain ``pytest``.
+SLOW = (
+    "tests/reliability/",
+    "tests/test_agent_until_response.py",
+    "tests/test_analysis_fastcheck.py",
+    "tests/test_benchmarks.py",
+    "tests/test_cli_big_logs.py",
+    "tests/test_cli_causes_real.py",
+    "tests/test_cli_commands.py",
+    "tests/test_cli_demo.py",
+    "tests/test_cli_gone_real.py",
+    "tests/test_cli_parallel.py",
+    "tests/test_cli_real.py",
+    "tests/test_cli_shapes_real.py",
+    "tests/test_cli_spill.py",
+    "tests/test_cli_tail_live.py",
+    "tests/test_cli_usability.py",
+    "tests/test_docs_snippets.py",
+    "tests/test_examples.py",
+    "tests/test_examples_offline.py",
+    "tests/test_frameworks.py",
+    "tests/test_httpx.py",
+    "tests/test_middleware_e2e.py",
+    "tests/test_otel.py",
+    "tests/test_process_lifecycle.py",
+    "tests/test_scrub_doors.py",
+    "tests/test_stories.py",
+    "tests/test_stream_silence.py",
+    "tests/test_template.py",
+    "tests/test_analysis_search.py::test_the_search_finds_what_a_line_split_finds",
+    "tests/test_analysis_search.py::test_candidate_lines_take_the_same_lines_by_either_road",
+    "tests/test_analysis_validate.py::test_the_validator_agrees_with_jsonschema",
+    "tests/test_envelope.py::test_every_envelope_is_within_its_cap_and_valid",
+    "tests/test_heartbeat.py::test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread",
+    "tests/test_middleware_hostile.py::test_raw_requests_over_uvicorn",
+    "tests/test_quality.py",  # mypy and ruff over the whole tree
+    "tests/test_settings.py::test_an_unrecognised_value_is_reported_once",
+    "tests/test_sinks.py::test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints",
+    "tests/test_sse.py::test_incremental_readers_match_the_reference",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n WORKERS --dist loadfile`` unless the command line says otherwise (runs before
+    pytest-xdist's own hook, which turns ``-n`` into workers)."""
+    if not config.pluginmanager.has_plugin("xdist") or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    if config.option.numprocesses is None and not config.option.collectonly:
+        config.option.numprocesses = WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    path = item.nodeid.split("::")[0]
+    if item.get_closest_marker("reliability") or any(
+        item.nodeid.split("[")[0] == slow or path.startswith(slow) for slow in SLOW
+    ):
+        item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

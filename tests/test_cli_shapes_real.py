@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,14 @@ from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E4
 from tests.support.cli import cvdiag  # noqa: E402
 from tests.support.servers import serve_uvicorn  # noqa: E402
 
-PROMPT = [{"role": "user", "content": "Say hello"}]
+PROMPT = "Say hello"
 LONG_REPLY = " ".join(f"w{i}" for i in range(50))
+
+
+def _prompt(request: Request) -> list[dict[str, str]]:
+    """The user's message, with the fake provider's directive the test asked for (``?ask=``)."""
+    ask = request.query_params.get("ask", "")
+    return [{"role": "user", "content": f"{PROMPT} {ask}".strip()}]
 
 
 def _frame(kind: str, **data: Any) -> str:
@@ -59,11 +66,13 @@ def build_app(provider_url: str) -> Starlette:
     )
 
     async def agui(request: Request) -> Response:
+        prompt = _prompt(request)
+
         async def events() -> AsyncIterator[str]:
             yield _frame("RUN_STARTED", runId="r1")
             try:
                 stream = await client.chat.completions.create(
-                    model="gpt-4o-mini", messages=PROMPT, stream=True
+                    model="gpt-4o-mini", messages=prompt, stream=True
                 )
                 async with stream:
                     async for chunk in stream:
@@ -80,7 +89,9 @@ def build_app(provider_url: str) -> Starlette:
 
     async def relay(request: Request) -> Response:
         try:
-            reply = await client.chat.completions.create(model="gpt-4o-mini", messages=PROMPT)
+            reply = await client.chat.completions.create(
+                model="gpt-4o-mini", messages=_prompt(request)
+            )
         except openai.RateLimitError:
             return JSONResponse({"error": "busy"}, status_code=502, headers={"retry-after": "7"})
         return JSONResponse({"text": reply.choices[0].message.content})
@@ -101,30 +112,49 @@ def _wait_for(memory: MemorySink, test_id: str, boundary: str, timeout: float = 
     raise AssertionError(f"{boundary} of {test_id} never came")
 
 
-def _read_all(client: httpx.Client, test_id: str) -> None:
-    with client.stream("POST", "/agui", headers={"x-test-id": test_id}) as response:
+def _read_all(client: httpx.Client, path: str, test_id: str) -> None:
+    with client.stream("POST", path, headers={"x-test-id": test_id}) as response:
         for _ in response.iter_lines():
             pass
 
 
-def _drive(base: str, provider: FakeProvider, memory: MemorySink) -> None:
+def _post(base: str, path: str, test_id: str) -> int:
     with httpx.Client(base_url=base, timeout=10) as client:
-        provider.fail_status = 500
-        assert client.post("/agui", headers={"x-test-id": "shape-500"}).status_code == 200
-        provider.fail_status = 429
-        assert client.post("/agui", headers={"x-test-id": "shape-429"}).status_code == 200
-        assert client.post("/relay", headers={"x-test-id": "shape-relay"}).status_code == 502
-        provider.fail_status = None
-        provider.reply, provider.chunk_delay = LONG_REPLY, 0.05
-        assert client.post("/agui", headers={"x-test-id": "shape-long"}).status_code == 200
-        provider.reply, provider.chunk_delay = "hi", 0.0
-    # A hung provider: the client gives up after 1 s without a token (RUN_STARTED came at once).
-    provider.first_byte_delay = 4.0
+        return client.post(path, headers={"x-test-id": test_id}).status_code
+
+
+def _hang(base: str) -> None:
+    """A hung provider (``[fake:stall]``: nothing until the caller leaves): the client gives up
+    after 1 s without a token (RUN_STARTED came at once)."""
     hung = httpx.Timeout(10, read=1.0)
     with httpx.Client(base_url=base, timeout=hung) as client, pytest.raises(httpx.ReadTimeout):
-        _read_all(client, "shape-hang")
+        _read_all(client, "/agui?ask=[fake:stall]", "shape-hang")
+
+
+def _drive(base: str, provider: FakeProvider, memory: MemorySink) -> None:
+    """The five stories side by side, each asking the provider for its own failure by a
+    directive: the SDK's retry back-offs, the long stream and the hang overlap instead of
+    adding up (they took 11 s one after another)."""
+    provider.reply, provider.chunk_delay = LONG_REPLY, 0.05  # only shape-long streams words
+    with ThreadPoolExecutor(5) as pool:
+        hang = pool.submit(_hang, base)
+        statuses = {
+            test_id: pool.submit(_post, base, path, test_id)
+            for test_id, path in (
+                ("shape-500", "/agui?ask=[fake:500]"),
+                ("shape-429", "/agui?ask=[fake:429]"),
+                ("shape-relay", "/relay?ask=[fake:429]"),
+                ("shape-long", "/agui"),
+            )
+        }
+        hang.result()
+        assert {t: s.result() for t, s in statuses.items()} == {
+            "shape-500": 200,
+            "shape-429": 200,
+            "shape-relay": 502,
+            "shape-long": 200,
+        }
     _wait_for(memory, "shape-hang", "backend.llm.call.response")
-    provider.first_byte_delay = 0.0
 
 
 @pytest.fixture(scope="module")

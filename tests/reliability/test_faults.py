@@ -374,6 +374,17 @@ class JumpingClock:
         return self.real[3]() + int(self.offset() * 1e9)
 
 
+def wake_the_scheduler() -> None:
+    """The heartbeat scheduler is process-wide. While ``time`` was patched its thread may have
+    read a clock a day behind and gone to sleep for a day; later calls, due sooner than the
+    entry it sleeps towards, do not wake it, and every later test of the process saw no
+    heartbeat (under pytest-xdist, where this test shares a worker with the heartbeat tests).
+    Wake it, to read the real clock again."""
+    sched = scheduler()
+    with sched._cond:
+        sched._cond.notify_all()
+
+
 def test_monotonic_time_jumps(
     monkeypatch: pytest.MonkeyPatch, failure_counts: FailureCounts
 ) -> None:
@@ -393,6 +404,7 @@ def test_monotonic_time_jumps(
             asyncio.run(run())
         finally:
             monkeypatch.undo()
+            wake_the_scheduler()
         emitter.flush()
     one_story_each(list(memory.envelopes))
     assert failure_counts() == {}
@@ -417,6 +429,7 @@ def test_durations_are_never_negative_when_the_clock_jumps(
             asyncio.run(run())
         finally:
             monkeypatch.undo()
+            wake_the_scheduler()
     durations = {
         (e["boundary"], key): value
         for e in memory.envelopes
