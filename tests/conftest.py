@@ -45,6 +45,7 @@ SLOW = (
     "tests/test_cli_parallel.py",
     "tests/test_cli_real.py",
     "tests/test_cli_shapes_real.py",
+    "tests/test_cli_silence_real.py",
     "tests/test_cli_spill.py",
     "tests/test_cli_tail_live.py",
     "tests/test_cli_usability.py",

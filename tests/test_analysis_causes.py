@@ -626,3 +626,51 @@ def test_replay_says_a_beat_of_a_streaming_call_is_streaming() -> None:
     assert (
         streaming == "streaming after 500ms (first token at 55ms), waiting 42ms for the next chunk"
     )
+
+
+# --- silence before an LLM call (issue 25) ----------------------------------------------------
+
+
+def _quiet_then_call(quiet: float, *, sent: str | None = None) -> Story:
+    """The backend sends nothing for ``quiet`` ms (a framework's own work), then begins a call
+    that hangs; the client gives up 200 ms into the call. ``sent``: what reached the client at
+    once, before the silence (``"byte"`` at the verbose tier, ``"event"`` at the debug tier)."""
+    story = Story(f"quiet-{quiet:g}-{sent}")
+    story.ingress()
+    if sent is not None:
+        story.first_byte(1)
+    if sent == "event":
+        story.event(1, "RUN_STARTED")
+    call = story.llm_start(quiet, story.request)
+    story.aborted(quiet + 200, "rst", cause="client_disconnect", size=0 if sent is None else 40)
+    story.llm_response(
+        quiet + 201, call, 201, tokens=None, outcome="err", error_class="CancelledError"
+    )
+    return story
+
+
+@pytest.mark.parametrize(
+    ("sent", "quiet"), [(None, 900), ("event", 899)], ids=["nothing-sent", "event-then-quiet"]
+)
+def test_silence_before_a_call_counts_as_keeping_the_client_waiting(
+    sent: str | None, quiet: int
+) -> None:
+    """Google ADK's shape: 0.9 s of nothing before the call, the call hangs 0.2 s, the client
+    gives up after 1.1 s of nothing. The backend kept it waiting: not the client's own doing."""
+    verdict = _classify(_quiet_then_call(900, sent=sent))
+    assert verdict.flap_class == "stalled-backend", verdict.reason
+    assert f"the client had got nothing for {quiet}ms already" in verdict.reason
+    assert verdict.evidence["quiet_before_call_ms"] == quiet
+
+
+def test_a_short_silence_before_a_brief_call_is_still_the_clients_own() -> None:
+    verdict = _classify(_quiet_then_call(100))
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "had begun only 200ms before, unanswered" in verdict.reason
+
+
+def test_bytes_the_log_does_not_time_leave_the_call_start_as_the_measure() -> None:
+    """At the verbose tier a first byte before the call may have been followed by more the log
+    does not show: when the client last got something is unknown, so the call's start counts."""
+    verdict = _classify(_quiet_then_call(900, sent="byte"))
+    assert verdict.flap_class == "client-abort", verdict.reason

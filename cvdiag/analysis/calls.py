@@ -73,6 +73,11 @@ class Call:
     #: longest wait they report: how long the call kept the backend waiting on its model.
     beats_before_token: int = 0
     waited_before_token_ms: float | None = None
+    #: The last thing known to reach the client before the call began (its request's ingress,
+    #: a byte, an event; None: nothing since the test id's start), and whether bytes had gone
+    #: out that the log does not time one by one (then the call's own start is all there is).
+    quiet_since: Key | None = None
+    quiet_unknown: bool = False
 
     @property
     def beat_interval(self) -> float | None:

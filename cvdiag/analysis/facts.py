@@ -103,6 +103,12 @@ class Facts:
     #: ingress (the default tier) learns when its first request started.
     lasted: list[tuple[Ref, float]] = dataclasses.field(default_factory=list)
     _last_ingress: Ref | None = None
+    #: The last thing known to reach the client (its request's ingress, a byte, an event): an
+    #: LLM call begun later kept the client waiting since then, not only since its own start.
+    #: ``_sent_unknown``: bytes went out after it that the log does not show one by one (a
+    #: first byte without events): then when the client last got something is unknown.
+    _quiet_from: Key | None = None
+    _sent_unknown: bool = False
     #: A call just answered ok and nothing was sent since: the next byte and the next content
     #: event are that answer going out, no sign of the calls still open.
     _answer_unsent: bool = False
@@ -137,6 +143,7 @@ class Facts:
         if boundary == "backend.sse.event":
             if not self.aborts:
                 self.last_event_key = record.key
+            self._quiet_from, self._sent_unknown = record.key, False
             self._add_event(record, meta)
         elif boundary == COMPLETE:
             self._add_completion(record, env["outcome"], meta)
@@ -144,6 +151,7 @@ class Facts:
             self.ingresses += 1
             self._last_ingress = self._ref(record)
             self.first_ingress = self.first_ingress or self._last_ingress
+            self._quiet_from, self._sent_unknown = record.key, False
         elif boundary == "backend.error.caught":
             self._add_error(record, meta)
         elif boundary.startswith("backend.llm.call."):
@@ -156,6 +164,7 @@ class Facts:
                 self.keepalive_first = keepalive
             if not keepalive:  # a ``: ping`` comment is no sign of tokens
                 self._flowing(ref, content=False)
+                self._quiet_from, self._sent_unknown = record.key, True
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
@@ -258,6 +267,7 @@ class Facts:
             # A new call began: what is sent next may be its own.
             self._answer_unsent = self._answer_unsent_content = False
             call.start = self._ref(record)
+            call.quiet_since, call.quiet_unknown = self._quiet_from, self._sent_unknown
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
         elif boundary.endswith(".heartbeat"):

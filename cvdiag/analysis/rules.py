@@ -17,9 +17,12 @@ from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
 
-#: An unanswered call begun less than this long before the request ended, with no heartbeat,
-#: did not keep the client waiting: a client gone within half a second left for its own reasons
-#: (the middleware's probe for a client gone before a late response waits as long).
+#: An unanswered call, with no heartbeat, that the client had waited on less than this long
+#: when the request ended did not keep the client waiting: a client gone within half a second
+#: left for its own reasons (the middleware's probe for a client gone before a late response
+#: waits as long). The wait counts from the last thing the client got before the call began
+#: (its request's start, a byte, an event), not from the call's start: silence before a call
+#: (a framework's own work, a tool) is waiting too.
 BRIEF_MS: Final = 500.0
 
 
@@ -80,9 +83,9 @@ class Context:
         return None
 
     def state(self, call: Call, end: Ref | None) -> str:
-        """``answered``, ``flowing``, ``waiting``, ``brief`` (unanswered, but begun less than
-        ``BRIEF_MS`` before ``end`` with no heartbeat: no wait a client gives up on), or
-        ``later`` (started after ``end``)."""
+        """``answered``, ``flowing``, ``waiting``, ``brief`` (unanswered, no heartbeat, and the
+        client had got nothing for less than ``BRIEF_MS`` by ``end``, counted from
+        ``quiet_from``: no wait a client gives up on), or ``later`` (started after ``end``)."""
         start = self.started(call)
         horizon = self.offset(end) if end is not None else float("inf")
         if start is not None and self.offset(start) > horizon:
@@ -96,9 +99,20 @@ class Context:
             call.cut and call.tokens and (response is None or self.offset(response) <= horizon)
         ):
             return "waiting" if self.silence(call, end) is not None else "flowing"
-        if start is not None and not call.heartbeats and horizon - self.offset(start) < BRIEF_MS:
+        if start is not None and not call.heartbeats and horizon - self.quiet_from(call) < BRIEF_MS:
             return "brief"
         return "waiting"
+
+    def quiet_from(self, call: Call) -> float:
+        """The offset since which the client had got nothing when ``call`` began: the last
+        byte, event or request start the log shows before it, or the call's own start when
+        bytes had gone out that the log does not time (a first byte, no events)."""
+        start = self.started(call)
+        began = self.offset(start) if start is not None else 0.0
+        if call.quiet_unknown:
+            return began
+        since = self.offset_key(call.quiet_since) if call.quiet_since is not None else 0.0
+        return min(since, began)
 
     def during(self, call: Call) -> bool:
         """Whether the call began before the test id's story ended: not background work that

@@ -11,7 +11,7 @@ from typing import Any
 
 from cvdiag.analysis.calls import Call, Ref
 from cvdiag.analysis.describe import ms, text
-from cvdiag.analysis.rules import Context, Finding
+from cvdiag.analysis.rules import BRIEF_MS, Context, Finding
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import FOUND_GONE
 from cvdiag.schema.vocabulary import Tier
@@ -56,6 +56,9 @@ def stalled(ctx: Context) -> Finding:
     call = waiting[0]
     start = ctx.started(call)
     started = f" started at {ctx.at(start)}" if start is not None else ""
+    before = _quiet_before(ctx, call, end)
+    if before is not None:
+        started += f" (the client had got nothing for {ms(before)} already)"
     beats = ""
     if call.heartbeats:
         beats = f" ({call.heartbeats} heartbeats, the last at {ms(call.max_elapsed_ms)})"
@@ -87,8 +90,22 @@ def stalled(ctx: Context) -> Finding:
         llm_call=call.to_json(),
         first_byte_ms=f.first_byte[0] if f.first_byte else None,
         waiting_calls=len(waiting),
+        **({"quiet_before_call_ms": round(before, 3)} if before is not None else {}),
     )
     return found
+
+
+def _quiet_before(ctx: Context, call: Call, end: Ref | None) -> float | None:
+    """How long the client had got nothing before ``call`` began, when that silence is what
+    made the wait a long one (the call itself, unanswered, ran under ``BRIEF_MS`` by ``end``)."""
+    start = ctx.started(call)
+    if start is None or end is None or call.heartbeats:
+        return None
+    began = ctx.offset(start)
+    if ctx.offset(end) - began >= BRIEF_MS:
+        return None
+    quiet = began - ctx.quiet_from(call)
+    return quiet if quiet > 0 else None
 
 
 def _found_gone(ctx: Context) -> Finding:
