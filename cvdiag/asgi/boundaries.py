@@ -39,11 +39,11 @@ class Boundaries:
         "ctx",
         "disconnected",
         "echo",
+        "edge",
         "emitter",
         "event_count",
         "first_byte_seen",
         "request_lines",
-        "response_edge",
         "send_error",
         "start",
         "started",
@@ -74,7 +74,9 @@ class Boundaries:
         self.active = True
         self.started = False  # the response (or WebSocket accept / denial) has started
         self.status = 0
-        self.response_edge: dict[str, str | None] | None = None
+        #: The edge headers the terminal carries: the request's (set with the ingress), then
+        #: merged with the response's as it starts (``headers.merged_edge``); None without any.
+        self.edge: dict[str, str | None] | None = None
         self.bytes_sent = 0
         self.event_count = 0
         self.first_byte_seen = False
@@ -162,7 +164,7 @@ class Boundaries:
         status = self.status if status is None else status
         lines = self._lines()
         if lines is not None and lines.complete(
-            status, self.bytes_sent, total, self.event_count, self.response_edge
+            status, self.bytes_sent, total, self.event_count, self.edge
         ):
             return
         self.emitter.emit(
@@ -176,7 +178,7 @@ class Boundaries:
             },
             duration_ms=total,
             context=self.ctx,
-            edge_headers=self.response_edge,
+            edge_headers=self.edge,
         )
 
     def abort(self, termination_kind: str, cause: str) -> None:
@@ -191,7 +193,7 @@ class Boundaries:
             self.emitter.otel.record_abort(termination_kind)
         duration = ms_since(self.start)
         lines = self._lines()
-        edge = self.response_edge  # a response that had started: what the edge added to it
+        edge = self.edge  # the request's, and the response's if it had started
         if lines is not None and lines.aborted(
             termination_kind, self.bytes_sent, cause, duration, edge
         ):

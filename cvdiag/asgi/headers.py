@@ -1,8 +1,9 @@
 """What cvdiag reads of a request's and a response's headers and path, bounded and scrubbed.
 
 Edge headers (the ones proxies and CDNs add, ``EDGE_HEADER_KEYS``) are cut before any work and
-scrubbed before they are kept; the demo name is the path's first segment, kept whole or replaced
-by its digest placeholder, never edited.
+scrubbed before they are kept; a terminal carries the response's, with the request's where the
+response has none. The demo name is the path's first segment, kept whole or replaced by its digest
+placeholder, never edited.
 """
 
 from __future__ import annotations
@@ -93,6 +94,19 @@ def response_facts(
                     edge = dict.fromkeys(EDGE_HEADER_KEYS)
                 edge[key] = edge_value(value)
     return content_type, encoding, length, edge
+
+
+def merged_edge(
+    request: dict[str, str | None] | None, response: dict[str, str | None] | None
+) -> dict[str, str | None] | None:
+    """The edge headers a terminal carries: the response's, and the request's where the response
+    has none (a proxy's request ``via``, Cloudflare's ``cf-ray``), so that the edge shows at the
+    default tier, where no ingress is written. Once per request, at the response's start."""
+    if request is None:
+        return response
+    if response is None:
+        return request
+    return {key: request[key] if value is None else value for key, value in response.items()}
 
 
 def with_header(message: Message, name: bytes, value: bytes) -> Message:

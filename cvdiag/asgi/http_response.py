@@ -18,7 +18,7 @@ from typing import Any, Final
 from starlette.types import Message
 
 from cvdiag.asgi.exchange import Exchange
-from cvdiag.asgi.headers import content_length, response_facts
+from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.sse import SSECounter, SSEParser
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
@@ -90,7 +90,9 @@ class HTTPResponseSide(Exchange):
         self.started = True
         self.status = int(message.get("status", 0))
         headers = message.get("headers") or ()
-        content_type, encoding, length, self.response_edge = response_facts(headers)
+        content_type, encoding, length, edge = response_facts(headers)
+        if edge is not None:
+            self.edge = merged_edge(self.edge, edge)
         self.declared = content_length(length)
         if encoding is not None:
             bits = _INFLATE_BITS.get(encoding.strip().lower())

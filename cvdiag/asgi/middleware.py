@@ -236,13 +236,17 @@ class CvdiagMiddleware:
         allow_ingress, allow_first_byte, allow_events = self._allows(emitter)
         #: The request's templates, made for the ingress or (False) at its first envelope.
         lines: RequestLines | Literal[False] | None = False
+        # The request's edge headers, at every tier: the ingress carries them, and so does the
+        # terminal (with the response's), so a proxy or Cloudflare shows at the default tier too.
+        # ``found`` holds only the few wanted headers the request has: usually none of these.
+        edge: dict[str, str | None] | None = None
+        for raw, value in found.items():
+            key = EDGE.get(raw)
+            if key is not None:
+                if edge is None:
+                    edge = dict.fromkeys(EDGE_HEADER_KEYS)
+                edge[key] = edge_value(value)
         if allow_ingress:
-            edge: dict[str, str | None] | None = None
-            for raw, key in EDGE.items():
-                if raw in found:
-                    if edge is None:
-                        edge = dict.fromkeys(EDGE_HEADER_KEYS)
-                    edge[key] = edge_value(found[raw])
             method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
             path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
             length = content_length(found.get(CONTENT_LENGTH))
@@ -259,6 +263,7 @@ class CvdiagMiddleware:
                 )
         exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
         exchange.request_lines = lines
+        exchange.edge = edge
         if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
             exchange.head = True
         exchange.echo = self._echo

@@ -12,7 +12,7 @@ from typing import Final
 from starlette.types import Message
 
 from cvdiag.asgi.exchange import Exchange
-from cvdiag.asgi.headers import response_facts
+from cvdiag.asgi.headers import merged_edge, response_facts
 from cvdiag.asgi.sse import json_type
 
 #: WebSocket close codes that mean "no status": the client dropped the connection (1006) or
@@ -65,7 +65,7 @@ class WebSocketExchange(Exchange):
         elif kind == "websocket.accept":
             self.started = True
             self.status = 101
-            self.response_edge = response_facts(message.get("headers") or ())[3]
+            self.edge = merged_edge(self.edge, response_facts(message.get("headers") or ())[3])
         elif kind == "websocket.close":
             if not self.started:
                 self.started = True
@@ -74,7 +74,7 @@ class WebSocketExchange(Exchange):
         elif kind == "websocket.http.response.start":
             self.started = True
             self.status = int(message.get("status", 0))
-            self.response_edge = response_facts(message.get("headers") or ())[3]
+            self.edge = merged_edge(self.edge, response_facts(message.get("headers") or ())[3])
         elif kind == "websocket.http.response.body":
             self.bytes_sent += len(message.get("body", b""))
             return not message.get("more_body", False)
