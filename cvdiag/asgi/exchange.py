@@ -59,7 +59,7 @@ class Exchange(Boundaries):
         try:
             await self._send(message)
         except BaseException as exc:
-            self._send_failed(exc)
+            self._send_failed(exc, message)
             raise
         if ended and self.active:
             try:
@@ -78,7 +78,7 @@ class Exchange(Boundaries):
             self.broken(exc)
             return message
 
-    def _send_failed(self, exc: BaseException) -> None:
+    def _send_failed(self, exc: BaseException, message: Message) -> None:
         # OSError (uvicorn's ClientDisconnected is one) means the client is gone: marked, so
         # that no scope it passes through calls it an error, and told at the app's exit.
         # Anything else is an app or protocol error and is judged when it escapes the app.

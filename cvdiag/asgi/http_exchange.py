@@ -118,17 +118,45 @@ class HTTPExchange(HTTPResponseSide):
         self.held = None
         super().broken(exc)
 
+    def _send_failed(self, exc: BaseException, message: Message) -> None:
+        super()._send_failed(exc, message)
+        if self.send_error is exc:  # the client is gone: what had it been given?
+            if message.get("type") == "http.response.body":
+                self.sent_before_failure = self.bytes_sent - len(message.get("body") or b"")
+            else:  # the start (not even the head went) or a whole file
+                self.sent_before_failure = -1
+
+    def promised_sent(self, unsent: int = 0) -> bool:
+        """Whether every byte the response's Content-Length promised had gone to the server
+        before the client was found gone (on ``receive``, or by a send that failed): the client
+        has the whole response, whatever came after (a client closing at the last byte, before
+        the app's final empty message). ``unsent``: held bytes whose send may be what failed.
+
+        Not judged for an empty promise, a HEAD, a compressed body (its Content-Length counts
+        bytes cvdiag counts inflated) or a client gone before the response started."""
+        declared = self.declared
+        if not declared or self.head or self.inflate is not None or self.gone_at_start:
+            return False
+        self.settle()
+        sent = self.bytes_sent - unsent
+        if self.disconnected:
+            sent = min(sent, self.sent_at_disconnect)
+        if self.send_error is not None:
+            sent = min(sent, self.sent_before_failure)
+        return sent >= declared
+
     def _ended(self) -> None:
         """The app's last body message went out: complete, unless the client left first."""
         self.settle_streams(body_end=True)
-        if self.left() is None or (
-            self.send_error is None
-            and self.declared is not None
-            and self.sent_at_disconnect >= self.declared
-        ):
-            self.complete()  # every promised byte had gone out before the client closed
+        if self.left() is None or self.promised_sent():
+            self.complete()
 
     def end(self, kind: str | None) -> None:
+        held = self.held
+        # An exception escaping the app may be a held chunk's failed send: its bytes not counted.
+        if self.promised_sent(len(held[-1]) if held and kind is not None else 0):
+            self.complete()  # the client had every promised byte: whatever came after
+            return
         left = self.left()
         if kind in ("error", "timeout"):
             if not self.started:

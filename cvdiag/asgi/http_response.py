@@ -47,6 +47,7 @@ class HTTPResponseSide(Exchange):
         "lines",
         "parser",
         "sent_at_disconnect",
+        "sent_before_failure",
         "stashed",
         "streaming",
     )
@@ -67,6 +68,9 @@ class HTTPResponseSide(Exchange):
         # What the receive side (``HTTPExchange``) learns of the client, kept here with the rest
         # so that an exchange's fields are set in one call.
         self.sent_at_disconnect = 0
+        #: Body bytes that had gone to the server before the send that failed (read only once
+        #: ``send_error`` is set): the failed message's own did not.
+        self.sent_before_failure = 0
         #: A message the probe took off ``receive``, for the app's next call of it.
         self.stashed: Message | None = None
         #: The probe found the client gone as the response started.
