@@ -6,6 +6,8 @@ test_analysis_support.Story); the real-server scenarios are in test_cli_causes_r
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -674,3 +676,81 @@ def test_bytes_the_log_does_not_time_leave_the_call_start_as_the_measure() -> No
     does not show: when the client last got something is unknown, so the call's start counts."""
     verdict = _classify(_quiet_then_call(900, sent="byte"))
     assert verdict.flap_class == "client-abort", verdict.reason
+
+
+# --- envelopes the log says were dropped (issue 25) -------------------------------------------
+
+
+def _drop_report(story: Story, at: float, count: int) -> str:
+    """A ``cvdiag.queue_dropped`` line as the emitter writes it: a test id of its own."""
+    other = Story(f"accounting-{at:g}", start_ms=story.start_ms)
+    other.emit("cvdiag.queue_dropped", at, metadata={"dropped_count": count})
+    [line] = other.lines()
+    return line
+
+
+def _classify_file(
+    path: Path, test_id: str, capfd: pytest.CaptureFixture[str]
+) -> dict[str, object]:
+    from cvdiag import cli
+
+    assert cli.main(["classify", test_id, str(path), "--json"]) == 0
+    verdict: dict[str, object] = json.loads(capfd.readouterr().out)
+    return verdict
+
+
+@pytest.mark.parametrize(("at", "counted"), [(500, 7), (5000, 7), (-500, 3)])
+def test_classify_says_when_the_log_reports_dropped_envelopes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], at: float, counted: int
+) -> None:
+    """A report written while the story ran, or the first after it, may count its envelopes
+    (7 dropped); one written before it began cannot, nor one after that first (3 dropped, at
+    +10 s). The class stays what the envelopes show."""
+    story = Story("dropped")
+    story.start_ms = 1000.0
+    story.ingress()
+    call = story.llm_start(1, story.request)
+    story.llm_response(20, call, 19)
+    story.first_byte(21)
+    story.complete(30)
+    reports = [_drop_report(story, at, 7), _drop_report(story, at + 10_000, 3)]
+    log = tmp_path / "backend.log"
+    lines = sorted([*story.lines(), *reports], key=lambda x: str(json.loads(x[7:])["ts"]))
+    log.write_text("\n".join(lines) + "\n")
+    verdict = _classify_file(log, story.test_id, capfd)
+    assert verdict["flap_class"] == "healthy", verdict["reason"]
+    evidence = verdict["evidence"]
+    assert isinstance(evidence, dict)
+    said = f"the log reports {counted} envelopes dropped (cvdiag.queue_dropped)"
+    assert said in str(verdict["reason"])
+    assert evidence["dropped_envelopes"] == counted
+    assert [e["boundary"] for e in evidence["envelopes"]].count("cvdiag.queue_dropped") == 1
+
+
+def test_classify_says_nothing_of_drops_where_the_log_reports_none(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    story = Story("not-dropped")
+    story.ingress()
+    story.complete(30)
+    log = tmp_path / "backend.log"
+    log.write_text("\n".join([*story.lines(), _drop_report(story, -100, 2)]) + "\n")
+    verdict = _classify_file(log, story.test_id, capfd)
+    assert "dropped" not in str(verdict["reason"])
+    assert "dropped_envelopes" not in verdict["evidence"]  # type: ignore[operator]
+
+
+def test_ls_warns_when_the_log_reports_dropped_envelopes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from cvdiag import cli
+
+    story = Story("listed")
+    story.ingress()
+    story.complete(30)
+    log = tmp_path / "backend.log"
+    log.write_text("\n".join([*story.lines(), _drop_report(story, 40, 5)]) + "\n")
+    assert cli.main(["ls", str(log), "--json"]) == 0
+    captured = capfd.readouterr()
+    assert [row["test_id"] for row in json.loads(captured.out)] == ["listed"]
+    assert "5 envelope(s) dropped (cvdiag.queue_dropped)" in captured.err

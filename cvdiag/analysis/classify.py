@@ -107,6 +107,15 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
     unchecked = [c for c in before if NEEDS[c] > facts.tier]
     if name == "backend-error" and facts.tier < Tier.VERBOSE and _timeout_caught(facts):
         unchecked.append("stalled-backend")  # a caught timeout may be a call's, left waiting
+    if facts.dropped:
+        # Not a class of its own: whatever the class, the story it rests on may lack envelopes.
+        reason += (
+            f"; the log reports {facts.dropped} envelope{'s' if facts.dropped > 1 else ''}"
+            " dropped (cvdiag.queue_dropped) while this story was written, so it may be"
+            " incomplete"
+        )
+        found.refs.extend(facts.drop_refs)
+        found.facts["dropped_envelopes"] = facts.dropped
     return Verdict(
         facts.test_id,
         name,

@@ -113,6 +113,10 @@ class Facts:
     #: event are that answer going out, no sign of the calls still open.
     _answer_unsent: bool = False
     _answer_unsent_content: bool = False
+    #: Envelopes the log reports dropped (``cvdiag.queue_dropped``) while this story was
+    #: written, and those reports: the story may lack them (see ``add_drops``).
+    dropped: int = 0
+    drop_refs: list[Ref] = dataclasses.field(default_factory=list)
     #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
     #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
     lean: bool = False
@@ -303,6 +307,24 @@ class Facts:
                 call.first_token_ms = first
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
+
+    def add_drops(self, reports: Iterable[Record]) -> None:
+        """The log's ``cvdiag.queue_dropped`` reports (each has a test id of its own), in time
+        order, after this test id's own envelopes. A report counts the envelopes a process
+        dropped since its previous one, and comes when its pipe drains: so those written from
+        this test id's first envelope up to the first one at or after its last may have held
+        some of its envelopes."""
+        if self.first is None or self.last is None:
+            return
+        for record in reports:
+            if record.key < self.first:
+                continue
+            count = number(record.envelope["metadata"].get("dropped_count"))
+            self.dropped += int(count) if count is not None and count > 0 else 0
+            if len(self.drop_refs) < KEEP:
+                self.drop_refs.append(self._ref(record))
+            if record.key >= self.last:
+                return
 
     def lead_ms(self, clock: Clock) -> float:
         """How long before the first envelope (``clock``'s anchor) the first request began: 0

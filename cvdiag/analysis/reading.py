@@ -301,12 +301,18 @@ def _ids(test_id: str | Iterable[str] | None) -> frozenset[str] | None:
 
 
 def records(
-    source: Input, on_malformed: OnMalformed, *, test_id: str | Iterable[str] | None = None
+    source: Input,
+    on_malformed: OnMalformed,
+    *,
+    test_id: str | Iterable[str] | None = None,
+    needle: bytes | None = None,
 ) -> Iterator[Record]:
     """The envelopes of one input in file order; only those of ``test_id`` (one id, or any of
-    several) when given. One id is searched for as bytes, so other lines cost nearly nothing."""
+    several) when given. One id is searched for as bytes, so other lines cost nearly nothing;
+    ``needle``, when given, is searched for instead (only lines holding it are read)."""
     ids = _ids(test_id)
-    needle = next(iter(ids)).encode() if ids is not None and len(ids) == 1 else MARKER
+    if needle is None:
+        needle = next(iter(ids)).encode() if ids is not None and len(ids) == 1 else MARKER
     name = source.name
     canonical = CANONICAL_TS.fullmatch
     for lineno, text, value in parsed_lines(source, on_malformed, needle=needle):

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import heapq
 import textwrap
 from collections.abc import Callable, Iterator
 
 import orjson
 
 from cvdiag.analysis.reading import (
+    STDIN,
+    Inputs,
     Malformed,
     Record,
     format_key,
@@ -95,6 +98,33 @@ def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Re
     return found
 
 
+#: Accounting envelopes with a test id of their own that say the log is missing envelopes.
+DROPPED = "cvdiag.queue_dropped"
+
+
+def _drop_reports(args: argparse.Namespace) -> list[Record]:
+    """The logs' ``cvdiag.queue_dropped`` reports in time order, read a second time (the
+    search for a test id never sees them), or none when an input cannot be read twice."""
+    if STDIN in args.files:
+        return []
+    with Inputs(args.files) as sources:
+        if not all(source.rereadable for source in sources):
+            return []
+        for source in sources:
+            source.numbered = False
+        needle = DROPPED.encode()
+        streams = [records(source, _ignored, needle=needle) for source in sources]
+        return [r for r in heapq.merge(*streams, key=_key) if r.envelope["boundary"] == DROPPED]
+
+
+def _key(record: Record) -> tuple[str, int]:
+    return record.key
+
+
+def _ignored(problem: Malformed) -> None:
+    pass  # a malformed line is the first read's to report, and only one of the test id's
+
+
 def replay(args: argparse.Namespace) -> int:
     from cvdiag.analysis import timeline
 
@@ -121,6 +151,7 @@ def classify(args: argparse.Namespace) -> int:
 
     found = _test_records(args, Malformations("classify"))
     facts = classifying.gather(args.test_id, found)
+    facts.add_drops(_drop_reports(args))
     verdict = classifying.classify(facts, first_token_timeout=args.first_token_timeout)
     out = Output(color=args.color)
     if args.json:

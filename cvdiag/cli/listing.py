@@ -119,15 +119,25 @@ def ls(args: argparse.Namespace) -> int:
     malformed = Malformations("ls")
     ids = frozenset(args.test_ids) if args.test_ids else None
     rows = Rows(args.first_token_timeout)
+    dropped = 0
     with opened(args, numbered=False) as inputs:
         seen = PerTestId(rows.fold, rows.restore, again=again(args, inputs), warn=_warn)
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
-                if record.envelope["boundary"].startswith("cvdiag."):  # not a test's story
+                env = record.envelope
+                if env["boundary"].startswith("cvdiag."):  # not a test's story
+                    if env["boundary"] == "cvdiag.queue_dropped":
+                        count = env["metadata"].get("dropped_count")
+                        dropped += count if type(count) is int and count > 0 else 0
                     continue
                 seen.add(record)
     args.progress.done()
     malformed.finish()
+    if dropped:
+        _warn(
+            f"the log reports {dropped} envelope(s) dropped (cvdiag.queue_dropped): some"
+            " stories may be incomplete (`cvdiag classify` says which)"
+        )
     folded = seen.finish()
     if not folded:
         raise Failure(f"no CVDIAG envelope in {names(args)}")
