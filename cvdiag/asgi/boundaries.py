@@ -11,6 +11,7 @@ each field read at the cost of a slot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.types import Receive, Send
@@ -140,17 +141,23 @@ class Boundaries:
         """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
     def settle_streams(self, *, body_end: bool) -> None:
-        """End the LLM streams this request opened and left unread, before its terminal."""
+        """Before the terminal, end the LLM streams this request opened and dropped unclosed.
+
+        Any other stream goes on: whatever task or thread reads it next (a graph run that
+        outlives its client) ends its call, at its end, its close or shutdown. At the app's
+        exit the request lets go of them."""
         state = self.state
         streams = state.streams
         if streams:
-            state.streams = [s for s in streams if not s.request_ending(body_end=body_end)]
+            kept = [s for s in streams if not s.request_ending()]
+            state.streams = kept if body_end else None
 
     def responding_ends(self, *, completed: bool) -> None:
         """The terminal is next: end the agent turns held for the response first (``ok`` when
         the response completed, else ``cancelled``: it stopped without an exception)."""
         state = self.state
         state.responded = True
+        state.ended_at = monotonic()  # a call that ends later says by how much it outlived it
         if state.held:
             end_held(state, None if completed else ended_short())
 

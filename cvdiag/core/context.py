@@ -38,17 +38,19 @@ class RequestState:
     ``streams``: instrumented LLM response streams opened in the request and not yet ended,
     so that none outlives the request unread. ``turn_cut``: a scope saw the client leave.
     ``held``: ``agent_scope(until="response")`` turns the request ends before its terminal
-    (cvdiag/scopes/until_response.py); ``responded``: that terminal is out. One is made per observed
-    request; scopes and transports find it through ``_STATE``.
+    (cvdiag/scopes/until_response.py); ``responded``: that terminal is out, and ``ended_at``
+    (``time.monotonic()``) when: a call that ends later says by how much it outlived its
+    request. One is made per observed request; scopes and transports find it through ``_STATE``.
     """
 
-    __slots__ = ("held", "responded", "streams", "turn_cut")
+    __slots__ = ("ended_at", "held", "responded", "streams", "turn_cut")
 
     def __init__(self) -> None:
         self.streams: list[Any] | None = None
         self.turn_cut = False
         self.held: list[Any] | None = None
         self.responded = False
+        self.ended_at: float | None = None
 
 
 _STATE: ContextVar[RequestState | None] = ContextVar("cvdiag_request_state", default=None)

@@ -31,6 +31,7 @@ class CallView(Protocol):
     response_token_count: int | None
     started_at: float | None
     first_chunk_at: float | None
+    after_request_end_ms: int | None
 
 
 #: cvdiag's own provider name, beside the convention's: it tells an OpenAI-compatible endpoint
@@ -39,6 +40,9 @@ CVDIAG_PROVIDER: Final = "cvdiag.provider"
 #: ``HTTP429``, the error class cvdiag's envelopes give an HTTP error status: on spans and
 #: metrics ``error.type`` is the status code itself, as the HTTP conventions write it.
 _HTTP_STATUS: Final = re.compile(r"HTTP(\d{3})")
+#: How long a call went on after the terminal of the request it began in (the model kept
+#: generating after the client left): the envelope's ``after_request_end_ms``.
+AFTER_REQUEST_END: Final = "cvdiag.llm.after_request_end_ms"
 
 
 def name(value: str) -> str:
@@ -133,4 +137,6 @@ def end(call: CallView, started_at: float, error_class: str | None) -> dict[str,
         attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(
             0.0, call.first_chunk_at - started_at
         )
+    if call.after_request_end_ms is not None:
+        attributes[AFTER_REQUEST_END] = call.after_request_end_ms
     return attributes

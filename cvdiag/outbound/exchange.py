@@ -123,7 +123,7 @@ class Exchange:
             response.stream = stream_class(library, sync)(response.stream, tracker)
             state = _STATE.get()
             if state is not None and self.owned:
-                # The request watches the streams it opened, so none outlives it unread.
+                # The request ends the streams it opened and dropped unclosed.
                 if state.streams is None:
                     state.streams = [tracker]
                 else:

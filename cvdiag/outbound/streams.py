@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
@@ -26,7 +25,6 @@ class _SyncStream:
 
     def __iter__(self) -> Iterator[bytes]:
         tracker = self._tracker
-        tracker.reader = threading.get_ident()
         tracker.waiting()
         try:
             for chunk in self._stream:
@@ -89,6 +87,8 @@ class _AsyncStream:
                 tracker.got_chunk()
                 tracker.feed(chunk)
                 yield chunk
+                # Whoever asks for the next chunk reads the stream now: any task, each time.
+                tracker.reader = current_task()
                 tracker.waiting()
         except GeneratorExit:  # closed by the consumer or by the loop's finalizer: a task
             tracker.finish(early=True)

@@ -3,8 +3,8 @@
 The httpx transports hand each response body chunk to a ``Tracker`` before the caller sees it.
 What the body says (gzip / deflate undone, SSE lines or a bounded JSON body, usage) is read by
 its base, ``BodyReader`` (cvdiag/outbound/body.py); the tracker adds the call's side. It ends
-its call exactly once: at the end of the body, when it is closed early, or when the request
-that opened it ends with the stream abandoned.
+its call exactly once: at the end of the body, when it is closed early, when it is dropped
+unclosed, or at shutdown; never because the request that opened it ended.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ class Tracker(BodyReader):
         #: An HTTP error status is a failed call even though nothing raised.
         self.error_class: str | None = f"HTTP{status}" if status >= 400 else None
         super().__init__(response.headers)
-        #: Who reads the body (an asyncio task, or a thread's ident for a sync stream), and
-        #: whether a read is in progress: how a request's end tells abandoned from still read.
-        self.reader: asyncio.Task[Any] | int | None = None
+        #: The task that asked for the latest chunk of an async stream (None for a sync one),
+        #: and whether a read is in progress: how a request's end tells left from still read.
+        self.reader: asyncio.Task[Any] | None = None
         self.reading = False
 
     def waiting(self) -> None:
@@ -96,7 +96,7 @@ class Tracker(BodyReader):
         abandoned: bool = False,
     ) -> None:
         """The body is exhausted (default), failed (``exc``), was closed ``early`` or was
-        ``abandoned`` unread by the request that opened it: once."""
+        ``abandoned`` (dropped unclosed, unread to its end): once."""
         if self.done:
             return
         self.done = True
@@ -142,30 +142,23 @@ class Tracker(BodyReader):
         if not self.done and self.owned:
             self.call.orphaned = True
 
-    def request_ending(self, *, body_end: bool) -> bool:
+    def request_ending(self) -> bool:
         """The request that opened this stream is ending; True once nothing is left to watch.
 
-        At the end of the response body, a stream read by the task that sent that body and
-        left unfinished will not be read again. When the app returns, a stream nobody read, or
-        whose reader (this task, or one that has finished) is gone, is abandoned likewise. A
-        stream another live task reads goes on, truly (a graph run that outlives its client):
-        it ends with that reading, at the latest when that task ends. A sync stream, read in a
-        worker thread, counts as read on only while a read is in progress.
+        A stream dropped unclosed (``abandoned``) ends here, and so does one whose last read
+        came from the request's own task (this one: the handler that read it has returned)
+        or, for a sync stream, with no read in progress: nobody is left to read them. A stream
+        last read by another task goes on, however its request ends: a graph run reading after
+        its client left (LangGraph reads each chunk from a new task, so no reader seen so far
+        says it is over). It ends at its end, its close, when dropped, or at shutdown; after
+        the request's terminal, its response says by how much (``after_request_end_ms``).
         """
         if self.done:
             return True
         reader = self.reader
-        if isinstance(reader, int):  # a sync stream: its thread's handler has returned
-            if self.reading:
-                return not body_end  # a read in progress: it ends with its reading
+        if self.call.orphaned or (
+            reader is current_task() if reader is not None else not self.reading
+        ):
             self.finish(abandoned=True)
             return True
-        here = current_task()
-        if body_end:
-            if reader is None or reader is not here:
-                return False
-        elif reader is not None and reader is not here and not reader.done():
-            reader.add_done_callback(lambda _task: self.finish(abandoned=True))
-            return True
-        self.finish(abandoned=True)
-        return True
+        return False

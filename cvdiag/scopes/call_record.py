@@ -19,6 +19,7 @@ from cvdiag.core.guard import record_failure
 from cvdiag.scopes.scope import elapsed_ms
 
 if TYPE_CHECKING:
+    from cvdiag.core.context import RequestState
     from cvdiag.providers import RequestFacts, ResponseFacts
 
 
@@ -43,6 +44,10 @@ class CallRecord:
     #: Set by an instrumented stream dropped unclosed (from a finalizer, which must not take
     #: locks): the heartbeat thread ends the call at its next beat.
     orphaned: bool = False
+    #: The state of the request the call began in, and, once the call has ended after that
+    #: request's terminal, by how many ms (``after_request_end_ms``: the model went on).
+    request_state: RequestState | None = None
+    after_request_end_ms: int | None = None
     #: What an instrumented client knows of the request (operation, streaming, server) and
     #: read from the response (tokens, response model and id, finish reasons): for the span.
     request_facts: RequestFacts | None = None

@@ -15,7 +15,7 @@ import weakref
 from contextvars import ContextVar
 from typing import Any, Final
 
-from cvdiag.core.context import _CURRENT, RequestContext
+from cvdiag.core.context import _CURRENT, _STATE, RequestContext
 from cvdiag.core.errors import is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
@@ -105,12 +105,13 @@ class LLMCall(Scope, CallRecord):
                 return False
             # A handle used again for a new call: forget the previous one.
             self.response_token_count = self.first_chunk_at = self.response_facts = None
-            self.chunk_wait_since = None
+            self.chunk_wait_since = self.after_request_end_ms = None
             self.ended = self.orphaned = self._scheduled = False
         ctx = _CURRENT.get() or fresh_context(emitter)
         span = new_span_id()
         self._emitter, self._ctx, self.span_id = emitter, ctx, span
         self._inner = ctx.child(span)
+        self.request_state = _STATE.get()
         self._lock = threading.Lock()
         self.started_at = time.monotonic()
         self._live = True
@@ -180,6 +181,12 @@ class LLMCall(Scope, CallRecord):
         first = self.time_to_first_chunk_ms
         if first is not None:
             metadata["first_token_delta_ms"] = first
+        request = self.request_state
+        if request is not None and request.ended_at is not None:
+            # The request's terminal is out and this call went on (a graph run reading after
+            # its client left): the model kept generating, and billing, for this long.
+            late = max(0, round((time.monotonic() - request.ended_at) * 1000))
+            metadata["after_request_end_ms"] = self.after_request_end_ms = late
         self._emit_in_span(
             emitter,
             "backend.llm.call.response",
