@@ -9,7 +9,7 @@ import time
 from random import getrandbits
 from typing import Final
 
-from cvdiag.scrubbing.redact import scrub_identifier
+from cvdiag.scrubbing.redact import placeholder, scrub_identifier
 
 _UUID7: Final = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.IGNORECASE
@@ -20,8 +20,13 @@ _SLUG: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
 _VERSION_7: Final = 0x7 << 76
 _VARIANT: Final = 0b10 << 62
 TEST_ID_MAX: Final = 128
-#: Inbound values are cut to this before any work, so a 1 MB header costs no more than a short one.
+#: Inbound values longer than this are not read as ids (a 1 MB header costs no more than a short
+#: one): cut, their end could hold part of a credential no rule recognises any more, and the key
+#: shown can come from anywhere in them (what is not a join-key character is dropped). Such a
+#: value becomes its digest placeholder instead, so it is never cut before it is scrubbed.
 _INBOUND_MAX: Final = 1024
+#: Characters of an over-long inbound value hashed into its placeholder (with its length).
+_DIGESTED: Final = 65_536
 
 
 _mint_lock = threading.Lock()
@@ -73,8 +78,18 @@ def _text(raw: str | bytes | None) -> str:
     if raw is None:
         return ""
     if isinstance(raw, bytes):
-        return raw[:_INBOUND_MAX].decode("latin-1")
-    return raw[:_INBOUND_MAX]
+        return raw.decode("latin-1")
+    return raw
+
+
+def _over_long(raw: str | bytes | None) -> str | None:
+    """An over-long inbound value's placeholder: distinct for distinct values (its length and
+    first ``_DIGESTED`` characters), the same for the same one. None for a value short enough."""
+    if raw is None or len(raw) <= _INBOUND_MAX:
+        return None
+    head = raw[:_DIGESTED]
+    text = head.decode("latin-1") if isinstance(head, bytes) else head
+    return placeholder(f"{len(raw)}:{text}")
 
 
 def adopt_test_id(raw: str | bytes | None) -> str:
@@ -85,6 +100,9 @@ def adopt_test_id(raw: str | bytes | None) -> str:
     ``redacted-<digest>`` placeholder, distinct for distinct ids (never one shared "redacted",
     which would join two tests' envelopes). Nothing usable → a fresh UUIDv7.
     """
+    long = _over_long(raw)
+    if long is not None:
+        return long
     text = _text(raw).strip()
     if len(text) == 36 and _UUID7.fullmatch(text):
         return text.lower()
@@ -98,6 +116,9 @@ def sanitize_slug(raw: str | bytes | None) -> str | None:
     A value holding a credential is never copied: it becomes its ``redacted-<digest>``
     placeholder (a valid slug, the same for the same value, distinct for distinct ones).
     """
+    long = _over_long(raw)
+    if long is not None:
+        return long
     text = _text(raw).strip()
     scrubbed = scrub_identifier(text)
     if scrubbed != text:

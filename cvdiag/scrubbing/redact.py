@@ -9,10 +9,14 @@ Four promises shape this module:
 - **Recall with precision.** Vendor prefixes match only at a token boundary, auth-scheme words
   only before a credential-shaped token, key names only directly before their separator.
 - **Linear and bounded.** Only a bounded prefix of a value is scanned (the rest becomes an
-  ``…[unscanned:N]`` marker, cut where no credential can be split), and every pattern, once its
+  ``…[unscanned:N]`` marker), and every pattern, once its
   literal anchor matches, takes a bounded run of characters with nothing required after it, so a
   failed attempt never rescans the text. A prefilter (one search for every anchor) skips the
   patterns whose anchors a text does not hold.
+- **Scrubbed before cut.** Wherever a value is cut, what is kept is scrubbed as part of a window
+  ``SEAM`` characters wider than the cut, and only what the head and that window agree on is kept
+  (``_seamless``): a credential straddling the cut is seen whole there, so no fragment of it is
+  kept, even one too short for any pattern.
 - **Idempotent.** ``scrub(scrub(x)) == scrub(x)`` at every length.
 - **Identifiers stay distinct.** ``scrub_identifier`` never edits an identifier in place: a test id,
   slug or agent name holding a secret becomes ``redacted-<digest>``, so two never collide.
@@ -35,8 +39,10 @@ __all__ = [
     "IDENTIFIER_PREFIX",
     "REDACTED",
     "SCAN_LIMIT",
+    "SEAM",
     "placeholder",
     "scrub",
+    "scrub_head",
     "scrub_identifier",
     "scrub_text",
     "use_rules",
@@ -44,8 +50,14 @@ __all__ = [
 
 _MARKER_ROOM: Final = 32  # "…[unscanned:N]" fits in this, so a scrubbed string is never re-cut
 _MARKER: Final = re.compile(r"…\[unscanned:[0-9]{1,15}\]\Z")
-#: A cut looks this far back for whitespace, where no token (so no credential) can be split.
+#: A cut looks this far back for whitespace, so that what is kept ends on a whole word.
 _CUT_LOOKBACK: Final = 512
+#: Characters past a cut read to scrub what is kept: at least what any built-in rule needs, from a
+#: credential's first character, to recognise it (the longest is a URL's ``://user:password@``,
+#: 3 + 256 + 1 + 256 + 1; a vendor token needs at most about 100, a ``key=`` or scheme word a few
+#: more than its name). A caller that cuts a value before handing it here (to bound its own work)
+#: must keep at least this many characters past what it shows.
+SEAM: Final = 1024
 _CACHEABLE: Final = 64  # short strings (event types, names) repeat; their result is memoized
 IDENTIFIER_PREFIX: Final = "redacted-"
 _IDENTIFIER: Final = re.compile(r"redacted-[0-9a-f]{16}")
@@ -65,9 +77,9 @@ def use_rules(
 
 
 def _safe_head(text: str, limit: int) -> str:
-    """At most ``limit`` characters of ``text``, ending where no credential can be split: after
-    whitespace, else ``_CUT_LOOKBACK`` characters earlier (a token that long is cut, and what
-    is left of it still holds its prefix, which the patterns recognise)."""
+    """At most ``limit`` characters of ``text``, ending after whitespace when there is some in
+    the last ``_CUT_LOOKBACK`` (a whole word reads better), else ``_CUT_LOOKBACK`` earlier.
+    Readability only: ``_seamless`` is what keeps a split credential out."""
     if len(text) <= limit:
         return text
     head = text[:limit]
@@ -76,6 +88,35 @@ def _safe_head(text: str, limit: int) -> str:
         if head[i].isspace():
             return head[: i + 1]
     return head[:floor]
+
+
+def _seamless(text: str, cut: int, out: str) -> str:
+    """``out`` (``text[:cut]`` scrubbed) without any fragment of a credential the cut split.
+
+    The scrubber cannot recognise ``ghp_abc`` as a token once the cut took the rest of it. So
+    ``text`` is scrubbed again over a window ``SEAM`` characters past the cut, where such a
+    credential is whole enough to be recognised, and only the common prefix of the two results
+    is kept: both agree up to where the window redacted what the head could not (a credential
+    there starts before the cut, and the window replaces it from its start), and everything
+    of the head from there on is dropped. What the window itself may have split at its own end
+    lies past the cut, so never in ``out``. Nothing near the cut to recognise (the common
+    case: one prefilter search over the seam) costs no second scrub.
+    """
+    if cut >= len(text):
+        return out
+    rules = _matches.active
+    if clean(text[max(cut - SEAM, 0) : cut + SEAM], rules):
+        return out  # no anchor of any rule near the cut: nothing can straddle it
+    whole = redact(text[: cut + SEAM])
+    size = min(len(out), len(whole))
+    same = 0
+    while same < size and out[same] == whole[same]:
+        same += 1
+    if same == len(out):
+        return out
+    # Scrubbed once more: the prefix may end on a key whose value it dropped (``password=``),
+    # which a later scrub would redact; this keeps ``scrub(scrub(x)) == scrub(x)``.
+    return redact(out[:same])
 
 
 def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
@@ -89,7 +130,23 @@ def _cut_and_scrub(text: str, limit: int, length: int | None = None) -> str:
         out = redact(head)
     else:
         head, out = "", ""
-    return f"{out}…[unscanned:{(length or len(text)) - len(head)}]"
+    kept = _seamless(text, len(head), out)
+    if len(kept) > room:  # that last scrub lengthened it: rare enough to show nothing
+        kept = ""
+    # What the seam dropped is counted as left out (about: a redaction may have changed its size).
+    left_out = (length or len(text)) - len(head) + len(out) - len(kept)
+    return f"{kept}…[unscanned:{left_out}]"
+
+
+def scrub_head(text: str, keep: int) -> str:
+    """At most the first ``keep`` characters of ``text``, scrubbed before they are cut (no
+    marker): for names and short fields a line shows only the start of. A credential the cut
+    splits is dropped whole (``_seamless``), never shortened into a fragment no rule knows.
+    ``keep`` is at most ``SCAN_LIMIT``."""
+    if len(text) <= keep:
+        return scrub_text(text)
+    head = text[:keep]
+    return _seamless(text, keep, scrub_text(head))[:keep]
 
 
 @lru_cache(maxsize=4096)
@@ -137,7 +194,7 @@ def _bounded_repr(value: object, limit: int, depth: int = 0) -> str:
     if isinstance(value, str):
         return repr(scrub_text(value, limit))[:limit]
     if depth >= 3 or not isinstance(value, (list, tuple, set, frozenset, dict)):
-        return _text_of(value, limit)[:limit]
+        return scrub_head(_text_of(value, limit), limit)  # an object's text: scrubbed, then cut
     if isinstance(value, dict):
         items: Iterable[Any] = value.items()
         opening, closing = "{", "}"
@@ -166,7 +223,9 @@ def _text_of(value: object, limit: int) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value[: limit * 2]).decode("utf-8", "replace")
+        # At least limit + SEAM characters whatever the encoding (≤ 4 bytes each), so the cut
+        # made here lies past the seam of the scrubber's own cut.
+        return bytes(value[: (limit + SEAM) * 4]).decode("utf-8", "replace")
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
         return f"<int of {value.bit_length()} bits>"
     if isinstance(value, (list, tuple, set, frozenset, dict)):
