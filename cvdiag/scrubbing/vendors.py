@@ -66,7 +66,10 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
     _rule("google-oauth-access", r"ya29\.[0-9A-Za-z_.-]{20,}", "ya29." + fake("url", 60)),
     _rule("google-oauth-refresh", r"1//0[0-9A-Za-z_-]{20,}", "1//0" + fake("url", 60)),
     _rule("google-oauth-client-secret", rf"GOCSPX-{_T}{{20,}}", "GOCSPX-" + fake("url", 28)),
-    _rule("aws-access-key", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{12,}",
+    # An access key id is its prefix and 16 more: alone, or glued to more text when a digit among
+    # them says it is no word. An upper-case name that only starts like one, longer and without
+    # a digit there (``ASIAPACIFICSOUTHEAST2``, a region or resource name), is left alone.
+    _rule("aws-access-key", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?:[A-Z0-9]{16}(?![A-Za-z0-9])|(?=[A-Z]{0,15}[0-9])[A-Z0-9]{16})",
           "AKIA" + fake("up", 16), ("akia", "asia", "abia", "acca", "a3t")),
     _rule("aws-session-token", r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE)[A-Za-z0-9+/=]{20,}",
           "IQoJb3JpZ2luX2Vj" + fake("b64", 120), ("iqojb3jpz2lux2vj", "fwogzxivyxdze")),
@@ -200,7 +203,8 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
           fake("dig", 10) + ":AA" + fake("url", 33), (":aa",)),
     _rule("twilio", r"SK[0-9a-fA-F]{32,}", "SK" + fake("hex", 32)),
     _rule("sendgrid", rf"SG\.{_T}{{16,}}\.{_T}{{16,}}", "SG." + fake("url", 22) + "." + fake("url", 43)),
-    _rule("mailgun", rf"key-{_AN}{{32,}}", "key-" + fake("lo", 32)),
+    # Not after a hyphenated word: ``idempotency-key-<hex>`` is an identifier, not Mailgun's key.
+    _rule("mailgun", rf"(?<![-_.])key-{_AN}{{32,}}", "key-" + fake("lo", 32), ("key-",)),
     _rule("mailchimp", r"[0-9a-f]{32}-us[0-9]{1,2}", fake("hex", 32) + "-us21",
           tuple(f"-us{n}" for n in range(1, 10))),
     _rule("brevo", r"xkeysib-[A-Za-z0-9-]{40,}", "xkeysib-" + fake("hex", 64) + "-" + fake("an", 16)),
