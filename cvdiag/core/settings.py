@@ -94,6 +94,14 @@ def _tier(value: Tier | str | int) -> Tier:
         ) from None
 
 
+def _shown(raw: str) -> str:
+    """A mistyped value as stderr shows it: scrubbed, then cut (a token pasted into the wrong
+    variable must not reach the terminal, not even its first 40 characters)."""
+    from cvdiag.scrubbing.redact import scrub_head  # late: the CLI starts without the scrubber
+
+    return scrub_head(raw, 40)
+
+
 def environment_problems(environ: Mapping[str, str]) -> list[str]:
     """What in ``environ`` cvdiag does not understand: flag values other than the accepted
     words, numbers that are not positive, ``CVDIAG_*`` names cvdiag does not read."""
@@ -102,7 +110,7 @@ def environment_problems(environ: Mapping[str, str]) -> list[str]:
         raw = environ.get(name)
         if raw is not None and raw.strip().lower() not in _TRUE | _FALSE:
             problems.append(
-                f"{name}={raw[:40]!r} is not recognised (accepted: 1, true, yes, on to turn it"
+                f"{name}={_shown(raw)!r} is not recognised (accepted: 1, true, yes, on to turn it"
                 " on; 0, false, no, off or empty for off): taken as off"
             )
     defaults = {"CVDIAG_HEARTBEAT_INTERVAL": "10", "CVDIAG_QUEUE_SIZE": "5000"}
@@ -117,7 +125,7 @@ def environment_problems(environ: Mapping[str, str]) -> list[str]:
         )
         if not ok:
             problems.append(
-                f"{name}={raw[:40]!r} is not {expected}: the default {defaults[name]} is used"
+                f"{name}={_shown(raw)!r} is not {expected}: the default {defaults[name]} is used"
             )
     forward = environ.get("CVDIAG_FORWARD_HOSTS")
     if forward is not None:

@@ -123,7 +123,7 @@ class OtelBridge:
             parent = propagate.extract(scope, getter=_SCOPE_HEADERS)
             method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
             span = self._tracer.start_span(
-                str(method)[:32],
+                _scrubbed(str(method), 32),  # h11 takes any token as a method
                 context=parent,
                 kind=SpanKind.SERVER,
                 attributes=server_attributes(scope),
@@ -251,7 +251,7 @@ def finish_request(
     if isinstance(route, str):
         span.set_attribute("http.route", route)
         method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method", "GET")
-        span.update_name(f"{str(method)[:32]} {route}")
+        span.update_name(f"{_scrubbed(str(method), 32)} {route}")
     if isinstance(failure, Exception):
         OtelBridge.fail(span, failure)
     elif status >= 500:

@@ -24,7 +24,7 @@ from cvdiag.pipeline.metadata import closed_metadata
 from cvdiag.pipeline.template import RequestLines
 from cvdiag.schema.ids import new_span_id, new_uuid7
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, OUTCOMES
-from cvdiag.scrubbing.redact import use_rules
+from cvdiag.scrubbing.redact import scrub_head, use_rules
 from cvdiag.sinks.base import LineSink, Sink
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Emitter(TierGate):
         if self.enabled and self.settings.scrub_rejected:
             say(
                 "CVDIAG_SCRUB_PATTERNS: ignored what is not a valid regular expression:"
-                f" {', '.join(repr(p[:64]) for p in self.settings.scrub_rejected)}"
+                f" {', '.join(repr(scrub_head(p, 64)) for p in self.settings.scrub_rejected)}"
             )
         if self.enabled and self.settings.debug_refused:
             self._say_debug_refused()
@@ -122,7 +122,7 @@ class Emitter(TierGate):
         try:
             tier = BOUNDARY_TIER.get(boundary)
             if tier is None:
-                record_failure("emit", f"unknown boundary {boundary[:64]!r} ignored")
+                record_failure("emit", f"unknown boundary {scrub_head(boundary, 64)!r} ignored")
                 return
             if not self.admits(tier):
                 return
@@ -130,7 +130,9 @@ class Emitter(TierGate):
             if ctx is None:
                 ctx = RequestContext(test_id=new_uuid7(), trace_id=self.new_trace_id())
             if outcome not in OUTCOMES:
-                record_failure("emit", f"unknown outcome {str(outcome)[:32]!r} recorded as info")
+                record_failure(
+                    "emit", f"unknown outcome {scrub_head(str(outcome), 32)!r} recorded as info"
+                )
                 outcome = "info"
             meta, dropped = closed_metadata(boundary, metadata, self._cap)
             env = _envelope.build(

@@ -28,8 +28,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-#: Characters kept of a response id, model or finish reason.
-_TEXT_MAX: Final = 256
+#: Characters kept of a response id, model or finish reason: the 256 a span shows, and the
+#: scrubber's seam past them (``cvdiag.scrubbing.redact.SEAM``), so that what the bridge scrubs
+#: before it cuts holds whole any credential its cut splits.
+_TEXT_MAX: Final = 256 + 1024
 _MAX_REASONS: Final = 16
 #: A finish reason in an SSE line that is not parsed (content chunks are skipped for speed).
 FINISH_IN_LINE: Final = re.compile(
@@ -80,7 +82,7 @@ class ResponseFacts:
     def add_reason(self, reason: object) -> None:
         text = _text(reason)
         if text is not None and len(self.finish_reasons) < _MAX_REASONS:
-            self.finish_reasons.append(text[:64])
+            self.finish_reasons.append(text)
 
     def absorb(self, parsed: object) -> None:
         """Take what ``parsed`` (a response body or one stream event) says."""
