@@ -14,11 +14,12 @@ from typing import Final
 from starlette.types import Message
 
 from cvdiag.schema.vocabulary import DEMO_MAX, EDGE_HEADER_KEYS, EDGE_VALUE_MAX
-from cvdiag.scrubbing.redact import placeholder, scrub_identifier, scrub_text
+from cvdiag.scrubbing.redact import SEAM, placeholder, scrub_head, scrub_identifier, scrub_text
 
 EDGE: Final = {key.encode("latin-1"): key for key in EDGE_HEADER_KEYS}
-#: Raw bytes of an edge header read before scrubbing; a 1 MB value costs no more than this.
-_EDGE_RAW_MAX: Final = EDGE_VALUE_MAX * 4
+#: Raw bytes of an edge header read before scrubbing; a 1 MB value costs no more than this. A
+#: seam past what is kept (``SEAM``), so the scrubber sees whole any credential the cut splits.
+_EDGE_RAW_MAX: Final = EDGE_VALUE_MAX + SEAM
 PATH_MAX: Final = 2048
 #: Demo names of recent short paths: the same few routes are requested over and over.
 _DEMOS: dict[str, str] = {}
@@ -37,11 +38,9 @@ def header_text(raw: bytes | str, limit: int) -> str:
 
 
 def edge_value(raw: bytes | str) -> str:
-    # Scrubbed, then cut. One character past the bound tells the scrubber the value goes on, so
-    # it drops a token the bound split rather than pass on the tail of a credential.
-    return scrub_text(header_text(raw, _EDGE_RAW_MAX + 1), _EDGE_RAW_MAX, length=len(raw))[
-        :EDGE_VALUE_MAX
-    ]
+    # Scrubbed, then cut: read a seam past what is kept, so a credential the cut splits is seen
+    # whole and dropped, never kept as a fragment no rule recognises.
+    return scrub_head(header_text(raw, _EDGE_RAW_MAX), EDGE_VALUE_MAX)
 
 
 def content_length(raw: bytes | str | None) -> int | None:

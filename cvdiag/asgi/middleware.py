@@ -39,7 +39,7 @@ from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS, Tier
 from cvdiag.scopes.until_response import release
-from cvdiag.scrubbing.redact import scrub, scrub_text
+from cvdiag.scrubbing.redact import scrub, scrub_head, scrub_text
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -247,7 +247,9 @@ class CvdiagMiddleware:
                     edge = dict.fromkeys(EDGE_HEADER_KEYS)
                 edge[key] = edge_value(value)
         if allow_ingress:
-            method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))[:32]
+            method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))
+            if len(method) > 32:  # h11 takes any token as a method: scrubbed, then cut
+                method = scrub_head(method, 32)
             path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
             length = content_length(found.get(CONTENT_LENGTH))
             lines = emitter.lines_for(ctx)
