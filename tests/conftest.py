@@ -54,6 +54,7 @@ SLOW = (
     "tests/test_examples_offline.py",
     "tests/test_frameworks.py",
     "tests/test_httpx.py",
+    "tests/test_llm_finish_reasons.py",
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
     "tests/test_otel.py",

@@ -754,3 +754,31 @@ def test_ls_warns_when_the_log_reports_dropped_envelopes(
     captured = capfd.readouterr()
     assert [row["test_id"] for row in json.loads(captured.out)] == ["listed"]
     assert "5 envelope(s) dropped (cvdiag.queue_dropped)" in captured.err
+
+
+# --- why an empty answer stopped (issue 25) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reasons", "said"),
+    [
+        (["content_filter"], "(finish reason content_filter: a content filter stopped the answer)"),
+        (["SAFETY"], "(finish reason SAFETY: a content filter stopped the answer)"),
+        (["length"], "(finish reason length: its length limit stopped the answer)"),
+        (["max_tokens"], "(finish reason max_tokens: its length limit stopped the answer)"),
+        (["stop"], None),
+    ],
+)
+def test_provider_empty_names_a_content_filter_or_a_length_cut(
+    reasons: list[str], said: str | None
+) -> None:
+    story = _tool_loop(0)
+    [last] = [e for e in story.envelopes if e["boundary"] == "backend.llm.call.response"][-1:]
+    last["metadata"]["finish_reasons"] = reasons
+    verdict = _classify(story)
+    assert verdict.flap_class == "provider-empty", verdict.reason
+    if said is None:
+        assert "finish reason" not in verdict.reason
+    else:
+        assert said in verdict.reason
+    assert verdict.evidence["llm_call"]["finish_reasons"] == reasons

@@ -78,6 +78,8 @@ class Call:
     #: out that the log does not time one by one (then the call's own start is all there is).
     quiet_since: Key | None = None
     quiet_unknown: bool = False
+    #: ``finish_reasons`` of the response (the additive key): why the model stopped.
+    finish_reasons: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def beat_interval(self) -> float | None:
@@ -137,4 +139,5 @@ class Call:
             "response_token_count": self.tokens,
             "heartbeats": self.heartbeats,
             "max_elapsed_ms": self.max_elapsed_ms,
+            **({"finish_reasons": self.finish_reasons} if self.finish_reasons else {}),
         }

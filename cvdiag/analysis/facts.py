@@ -305,6 +305,9 @@ class Facts:
             first = number(meta.get("first_token_delta_ms"))
             if first is not None:  # else keep what a heartbeat said
                 call.first_token_ms = first
+            reasons = meta.get("finish_reasons")
+            if isinstance(reasons, list):
+                call.finish_reasons = [r[:40] for r in reasons[:8] if isinstance(r, str) and r]
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
 

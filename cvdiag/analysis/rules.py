@@ -114,6 +114,18 @@ class Context:
         since = self.offset_key(call.quiet_since) if call.quiet_since is not None else 0.0
         return min(since, began)
 
+    def quiet_before(self, call: Call, end: Ref | None) -> float | None:
+        """How long the client had got nothing before ``call`` began, when that silence is what
+        made the wait a long one (the call, unanswered, ran under ``BRIEF_MS`` by ``end``)."""
+        start = self.started(call)
+        if start is None or end is None or call.heartbeats:
+            return None
+        began = self.offset(start)
+        if self.offset(end) - began >= BRIEF_MS:
+            return None
+        quiet = began - self.quiet_from(call)
+        return quiet if quiet > 0 else None
+
     def during(self, call: Call) -> bool:
         """Whether the call began before the test id's story ended: not background work that
         ran after the response (a ``BackgroundTasks`` job)."""

@@ -162,6 +162,31 @@ def is_refusal(name: str | None) -> bool:
     return name.rsplit(".", 1)[-1].lower() in _REFUSALS
 
 
+# --- finish reasons ---------------------------------------------------------------------------
+
+#: Finish reasons (lowercased) that say a content filter or safety system stopped the answer:
+#: OpenAI ``content_filter``, Anthropic ``refusal``, Gemini ``SAFETY``, ``BLOCKLIST``,
+#: ``PROHIBITED_CONTENT``, ``SPII``, ``RECITATION``.
+_FILTERED: Final = frozenset(
+    {"content_filter", "refusal", "safety", "blocklist", "prohibited_content", "spii", "recitation"}
+)
+#: Finish reasons (lowercased) that say the answer was cut at its token limit: OpenAI
+#: ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``, Responses ``max_output_tokens``.
+_CUT_SHORT: Final = frozenset({"length", "max_tokens", "max_output_tokens"})
+
+
+def finish_cause(reasons: list[str]) -> tuple[str, str] | None:
+    """``(what stopped the answer, the reason as written)`` when a finish reason names a
+    content filter or a length cut, else None."""
+    for reason in reasons:
+        if reason.lower() in _FILTERED:
+            return "a content filter", reason
+    for reason in reasons:
+        if reason.lower() in _CUT_SHORT:
+            return "its length limit", reason
+    return None
+
+
 # --- stream events --------------------------------------------------------------------------
 
 #: Event types a backend uses to report an error inside a stream that itself succeeds: AG-UI

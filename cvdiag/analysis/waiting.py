@@ -11,9 +11,9 @@ from typing import Any
 
 from cvdiag.analysis.calls import Call, Ref
 from cvdiag.analysis.describe import ms, text
-from cvdiag.analysis.rules import BRIEF_MS, Context, Finding
+from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import FOUND_GONE
+from cvdiag.analysis.vocabulary import FOUND_GONE, finish_cause
 from cvdiag.schema.vocabulary import Tier
 
 
@@ -56,7 +56,7 @@ def stalled(ctx: Context) -> Finding:
     call = waiting[0]
     start = ctx.started(call)
     started = f" started at {ctx.at(start)}" if start is not None else ""
-    before = _quiet_before(ctx, call, end)
+    before = ctx.quiet_before(call, end)
     if before is not None:
         started += f" (the client had got nothing for {ms(before)} already)"
     beats = ""
@@ -93,19 +93,6 @@ def stalled(ctx: Context) -> Finding:
         **({"quiet_before_call_ms": round(before, 3)} if before is not None else {}),
     )
     return found
-
-
-def _quiet_before(ctx: Context, call: Call, end: Ref | None) -> float | None:
-    """How long the client had got nothing before ``call`` began, when that silence is what
-    made the wait a long one (the call itself, unanswered, ran under ``BRIEF_MS`` by ``end``)."""
-    start = ctx.started(call)
-    if start is None or end is None or call.heartbeats:
-        return None
-    began = ctx.offset(start)
-    if ctx.offset(end) - began >= BRIEF_MS:
-        return None
-    quiet = began - ctx.quiet_from(call)
-    return quiet if quiet > 0 else None
 
 
 def _found_gone(ctx: Context) -> Finding:
@@ -280,8 +267,13 @@ def provider_empty(ctx: Context) -> Finding:
     ):
         return found
     tokens = "no token count" if call.tokens is None else "0 tokens"
+    stopped = finish_cause(call.finish_reasons)
+    why = ""
+    if stopped is not None:
+        what, written = stopped
+        why = f" (finish reason {text(written, 40)}: {what} stopped the answer)"
     found.add(
-        f"LLM call {call.label} answered ok with {tokens}, and the response completed with"
+        f"LLM call {call.label} answered ok with {tokens}{why}, and the response completed with"
         f" 0 events ({done.ref.summary})",
         [*call.refs(), done.ref],
         llm_call=call.to_json(),

@@ -181,6 +181,9 @@ class LLMCall(Scope, CallRecord):
         first = self.time_to_first_chunk_ms
         if first is not None:
             metadata["first_token_delta_ms"] = first
+        read = self.response_facts
+        if read is not None and read.finish_reasons:  # why the model stopped: a length cut...
+            metadata["finish_reasons"] = list(read.finish_reasons)
         request = self.request_state
         if request is not None and request.ended_at is not None:
             # The request's terminal is out and this call went on (a graph run reading after
