@@ -36,6 +36,7 @@ SLOW = (
     "tests/reliability/",
     "tests/test_agent_until_response.py",
     "tests/test_analysis_fastcheck.py",
+    "tests/test_async_libraries.py",
     "tests/test_benchmarks.py",
     "tests/test_cli_big_logs.py",
     "tests/test_cli_causes_real.py",

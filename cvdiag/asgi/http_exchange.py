@@ -4,11 +4,16 @@ Below the debug tier a mid-stream chunk costs one plain call: it is held by refe
 counted with others in one pass (``settle``, with the rest of what the response says, in its
 base class, ``http_response.py``). The debug tier names each event as it is sent; the verbose
 tier times the first byte.
+
+A response starting late is preceded by one look at ``receive`` (``_probe``), only once the app
+has read the request body to its end, so that it can take nothing but ``http.disconnect``; what it
+takes is the app's at its next ``receive``, unchanged (``look.py`` says why, and how it runs under
+asyncio and trio alike). Whatever the server or the app passes, a message that is not a mapping
+included, goes on as it is: at most cvdiag counts its own failure and goes quiet.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable
 from typing import Final
@@ -16,6 +21,8 @@ from typing import Final
 from starlette.types import Message
 
 from cvdiag.asgi.http_response import HTTPResponseSide
+from cvdiag.asgi.look import Look
+from cvdiag.core.guard import record_failure
 
 #: Below the debug tier, mid-stream chunks up to this size are held by reference, this many at
 #: most, and counted in one pass: at most 64 KiB held per request.
@@ -43,16 +50,21 @@ class HTTPExchange(HTTPResponseSide):
         stashed = self.stashed
         if stashed is not None:
             self.stashed = None
-            return stashed
+            return stashed.hand_on()
         message = await self._receive()
-        # After the body is done, uvicorn answers every receive with http.disconnect: not an abort.
-        if message.get("type") == "http.disconnect" and not self.body_done and self.active:
-            self.disconnected = True
-            try:
+        try:
+            kind = message.get("type")
+            if kind == "http.request":
+                if not message.get("more_body"):
+                    self.request_read = True  # the body's end: the probe may look now
+            # After the body is done, uvicorn answers every receive with http.disconnect: not an
+            # abort.
+            elif kind == "http.disconnect" and not self.body_done and self.active:
+                self.disconnected = True
                 self.settle()
                 self.sent_at_disconnect = self.bytes_sent
-            except Exception as exc:
-                self.broken(exc)
+        except Exception as exc:  # not a mapping (None …): the app gets it as it came
+            self.broken(exc)
         return message
 
     def send(self, message: Message) -> Awaitable[None]:
@@ -62,7 +74,10 @@ class HTTPExchange(HTTPResponseSide):
             # the server's own ``send`` awaited directly, with no coroutine of ours around it.
             # A send failing here is known by its class (uvicorn's ``ClientDisconnected``,
             # Starlette's ``ClientDisconnect``) when it escapes the app.
-            body = message.get("body")
+            try:
+                body = message.get("body")
+            except AttributeError:  # not a mapping: passed on below, as it came
+                body = None
             if (
                 body.__class__ is bytes
                 and message.get("more_body")
@@ -71,15 +86,21 @@ class HTTPExchange(HTTPResponseSide):
             ):
                 held.append(body)
                 return self._send(message)
-        elif message.get("type") == "http.response.start":
-            if self.echo is not None:
-                message = self.with_test_id(message)
-            if (
-                self.active
-                and not self.disconnected
-                and time.perf_counter() - self.start >= PROBE_AFTER_S
-            ):
-                return self._probed(message)
+        else:
+            try:
+                kind = message.get("type")
+            except AttributeError:  # not a mapping: passed on below, as it came
+                kind = None
+            if kind == "http.response.start":
+                if self.echo is not None:
+                    message = self.with_test_id(message)
+                if (
+                    self.request_read
+                    and self.active
+                    and not self.disconnected
+                    and time.perf_counter() - self.start >= PROBE_AFTER_S
+                ):
+                    return self._probed(message)
         return self._send_seen(message)
 
     async def _probed(self, message: Message) -> None:
@@ -88,25 +109,18 @@ class HTTPExchange(HTTPResponseSide):
 
     async def _probe(self) -> None:
         """Whether the client left while the app worked, without waiting: one look at
-        ``receive``, given one turn of the loop. What it takes (a ``http.disconnect``, or a
-        body the app had not read) is kept for the app's next ``receive``; a pending look is
-        cancelled, which takes nothing."""
+        ``receive``, given one turn (``look.py``). Only once the app has read the request
+        body to its end, so the look can take nothing but a disconnect; what it takes is
+        kept for the app's next ``receive``; a look that finds nothing takes nothing."""
+        found = Look(self._receive)
         try:
-            look = asyncio.ensure_future(self._receive())
-            await asyncio.sleep(0)
-            if not look.done():
-                look.cancel()
-                await asyncio.wait({look})  # our own cancellation still propagates
-                return
-            message = look.result()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.broken(exc)
-            return
-        self.stashed = message
-        if message.get("type") == "http.disconnect":
-            self.gone_at_start = True
+            await found.take()
+        except Exception as exc:  # the look itself failed: counted; the request goes on
+            record_failure("middleware", exc)
+        if found.taken:
+            self.stashed = found
+            if found.disconnect:
+                self.gone_at_start = True
 
     def left(self) -> tuple[str, str] | None:
         if self.gone_at_start and self.send_error is None:

@@ -19,6 +19,7 @@ from starlette.types import Message
 
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
+from cvdiag.asgi.look import Look
 from cvdiag.asgi.sse import SSECounter, SSEParser
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
@@ -46,6 +47,7 @@ class HTTPResponseSide(Exchange):
         "inflate",
         "lines",
         "parser",
+        "request_read",
         "sent_at_disconnect",
         "sent_before_failure",
         "stashed",
@@ -71,8 +73,10 @@ class HTTPResponseSide(Exchange):
         #: Body bytes that had gone to the server before the send that failed (read only once
         #: ``send_error`` is set): the failed message's own did not.
         self.sent_before_failure = 0
-        #: A message the probe took off ``receive``, for the app's next call of it.
-        self.stashed: Message | None = None
+        #: The app read the request body to its end: only now may the probe look (``look.py``).
+        self.request_read = False
+        #: What the probe took off ``receive``, for the app's next call of it.
+        self.stashed: Look | None = None
         #: The probe found the client gone as the response started.
         self.gone_at_start = False
 

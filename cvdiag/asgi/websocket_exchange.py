@@ -32,15 +32,23 @@ class WebSocketExchange(Exchange):
 
     async def receive(self) -> Message:
         message = await self._receive()
-        if message.get("type") == "websocket.disconnect" and not self.terminal:
-            self.disconnected = True
-            code = message.get("code", 1005)
-            self.close_code = code if isinstance(code, int) else 1005
+        try:
+            if message.get("type") == "websocket.disconnect" and not self.terminal:
+                self.disconnected = True
+                code = message.get("code", 1005)
+                self.close_code = code if isinstance(code, int) else 1005
+        except Exception as exc:  # not a mapping (None …): the app gets it as it came
+            self.broken(exc)
         return message
 
     def send(self, message: Message) -> Awaitable[None]:
-        if self.echo is not None and message.get("type") in _HANDSHAKE:
-            message = self.with_test_id(message)
+        if self.echo is not None:
+            try:
+                handshake = message.get("type") in _HANDSHAKE
+            except AttributeError:  # not a mapping: passed on as it came
+                handshake = False
+            if handshake:
+                message = self.with_test_id(message)
         return self._send_seen(message)
 
     def _ended(self) -> None:
