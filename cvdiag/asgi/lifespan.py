@@ -1,9 +1,13 @@
 """The lifespan's ``send``: queued envelopes are written before the server hears that shutdown
-is complete."""
+is complete.
+
+The flush waits in a worker thread through anyio (Starlette's dependency), so the lifespan
+works under asyncio and trio alike; on an event loop anyio does not know, it waits right there,
+blocking that loop at shutdown only, the last moment there is.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
 from starlette.types import Message, Send
@@ -14,6 +18,7 @@ from cvdiag.scopes import end_outstanding_calls
 
 #: How long lifespan shutdown may wait for queued envelopes to be written.
 _SHUTDOWN_FLUSH_SECONDS: Final = 5.0
+_SHUTDOWN: Final = ("lifespan.shutdown.complete", "lifespan.shutdown.failed")
 
 
 def flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
@@ -26,12 +31,26 @@ def flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
     """
 
     async def send_after_flush(message: Message) -> None:
-        if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+        try:
+            ending = message.get("type") in _SHUTDOWN
+        except Exception:  # not a mapping: the server's to judge, passed on as it came
+            ending = False
+        if ending:
             try:
                 end_outstanding_calls()  # each ends with one response saying so
-                await asyncio.to_thread(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
+                await _flush(emitter)
             except Exception as exc:
                 record_failure("middleware", exc)
         await send(message)
 
     return send_after_flush
+
+
+async def _flush(emitter: Emitter) -> None:
+    """``emitter.flush`` in a worker thread, so the loop goes on meanwhile."""
+    try:
+        from anyio.to_thread import run_sync
+
+        await run_sync(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
+    except Exception:  # no event loop anyio knows: wait here (a second flush costs nothing)
+        emitter.flush(_SHUTDOWN_FLUSH_SECONDS)
