@@ -1,4 +1,5 @@
-"""Real servers on 127.0.0.1 for end-to-end tests: uvicorn (and hypercorn) in a thread."""
+"""Real servers on 127.0.0.1 for end-to-end tests: uvicorn (and hypercorn, on asyncio or on its
+trio worker) in a thread."""
 
 from __future__ import annotations
 
@@ -32,16 +33,57 @@ serve_uvicorn = serve
 
 
 @contextmanager
-def serve_hypercorn(app: Any) -> Iterator[str]:
-    """Run ``app`` under hypercorn on a free loopback port; yields the base URL."""
-    from hypercorn.asyncio import serve
+def serve_uvicorn_lifespan(app: Any) -> Iterator[str]:
+    """uvicorn in a thread with its lifespan on (the demo's helper turns it off); yields the
+    base URL. Leaving, it runs lifespan shutdown, as on SIGTERM."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-lifespan", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _hypercorn_config(port: int) -> Any:
     from hypercorn.config import Config
 
-    port = free_port()
     config = Config()
     config.bind = [f"127.0.0.1:{port}"]
     config.loglevel = "WARNING"
     config.accesslog = None
+    return config
+
+
+def _until_listening(port: int, server: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{server} did not start") from None
+            time.sleep(0.02)
+
+
+@contextmanager
+def serve_hypercorn(app: Any) -> Iterator[str]:
+    """Run ``app`` under hypercorn on a free loopback port; yields the base URL."""
+    from hypercorn.asyncio import serve
+
+    port = free_port()
+    config = _hypercorn_config(port)
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
 
@@ -51,17 +93,39 @@ def serve_hypercorn(app: Any) -> Iterator[str]:
 
     thread = threading.Thread(target=run, name="hypercorn-test", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("hypercorn did not start") from None
-            time.sleep(0.02)
+    _until_listening(port, "hypercorn")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+
+
+@contextmanager
+def serve_hypercorn_trio(app: Any) -> Iterator[str]:
+    """Run ``app`` under hypercorn's trio worker (``worker_class = "trio"``): the app, its
+    lifespan and cvdiag inside it run under trio, with no asyncio loop anywhere in that thread."""
+    import trio
+    from hypercorn.trio import serve
+
+    port = free_port()
+    config = _hypercorn_config(port)
+    config.worker_class = "trio"
+    ready = threading.Event()
+    running: dict[str, Any] = {}
+
+    async def main() -> None:
+        running["stop"] = stop = trio.Event()
+        running["token"] = trio.lowlevel.current_trio_token()
+        ready.set()
+        await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=trio.run, args=(main,), name="hypercorn-trio", daemon=True)
+    thread.start()
+    ready.wait(10)
+    _until_listening(port, "hypercorn (trio)")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        trio.from_thread.run_sync(running["stop"].set, trio_token=running["token"])
         thread.join(10)
