@@ -254,6 +254,24 @@ def test_a_stream_still_flowing_when_the_client_left_is_a_client_abort(
     verdict = _classify(story)
     assert verdict.flap_class == "client-abort", verdict.reason
     assert "was streaming" in verdict.reason
+    assert "went on" not in verdict.reason  # the call ended with its request
+
+
+def test_a_call_that_went_on_after_the_client_left_is_said_to_have_kept_generating() -> None:
+    """LangGraph read its stream on after the client left: the call answered ok 2.4 s after the
+    abort, with its tokens (``after_request_end_ms``). The client's leaving is still the cause,
+    and the reason says the model kept generating, and billing, after it."""
+    story = Story("went-on")
+    story.ingress()
+    call = _streaming(story, chunks_until=995)
+    story.aborted(1010, "rst", cause="client_disconnect", size=900)
+    story.llm_response(3420, call, 3418, tokens=120, first_token=10, after_request_end=2410)
+    verdict = _classify(story)
+    assert verdict.flap_class == "client-abort", verdict.reason
+    assert "went on 2410ms after the client left (ok, 120 tokens)" in verdict.reason
+    assert "the model kept generating" in verdict.reason
+    assert verdict.evidence["calls_after_client_left"] == 1
+    assert verdict.evidence["envelopes"][-1]["boundary"] == "backend.llm.call.response"
 
 
 def test_a_client_left_with_no_byte_after_the_call_answered_is_a_busy_backend() -> None:

@@ -146,9 +146,15 @@ class Story:
         outcome: str = "ok",
         error_class: str | None = None,
         first_token: float | None = None,
+        after_request_end: float | None = None,
     ) -> str:
-        """``first_token`` writes the additive ``first_token_delta_ms`` (issue 14's wire)."""
-        extra = {} if first_token is None else {"first_token_delta_ms": first_token}
+        """``first_token`` writes the additive ``first_token_delta_ms`` (issue 14's wire),
+        ``after_request_end`` the additive ``after_request_end_ms`` (issue 25's)."""
+        extra: dict[str, float] = (
+            {} if first_token is None else {"first_token_delta_ms": first_token}
+        )
+        if after_request_end is not None:
+            extra["after_request_end_ms"] = after_request_end
         return self.emit(
             "backend.llm.call.response",
             at,

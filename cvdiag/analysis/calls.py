@@ -80,6 +80,9 @@ class Call:
     quiet_unknown: bool = False
     #: ``finish_reasons`` of the response (the additive key): why the model stopped.
     finish_reasons: list[str] = dataclasses.field(default_factory=list)
+    #: ``after_request_end_ms`` of the response (the additive key): how long the call went on
+    #: after its request's terminal (a model generating, and billing, after the client left).
+    after_request_end_ms: float | None = None
 
     @property
     def beat_interval(self) -> float | None:
@@ -140,4 +143,9 @@ class Call:
             "heartbeats": self.heartbeats,
             "max_elapsed_ms": self.max_elapsed_ms,
             **({"finish_reasons": self.finish_reasons} if self.finish_reasons else {}),
+            **(
+                {"after_request_end_ms": self.after_request_end_ms}
+                if self.after_request_end_ms is not None
+                else {}
+            ),
         }

@@ -308,6 +308,7 @@ class Facts:
             reasons = meta.get("finish_reasons")
             if isinstance(reasons, list):
                 call.finish_reasons = [r[:40] for r in reasons[:8] if isinstance(r, str) and r]
+            call.after_request_end_ms = number(meta.get("after_request_end_ms"))
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cvdiag.analysis.calls import Call, Ref
+from cvdiag.analysis.calls_then import calls_then, count, error_of, went_on
 from cvdiag.analysis.describe import ms, text
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
@@ -299,38 +300,16 @@ def client_abort(ctx: Context) -> Finding:
         )
     else:
         head = f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
+    outlived = [c for c in f.calls.values() if c.after_request_end_ms is not None]
     found.add(
-        head + _calls_then(ctx, abort.ref),
-        [abort.ref],
+        head + calls_then(ctx, abort.ref) + went_on(outlived),
+        [abort.ref, *(c.response for c in outlived[:1] if c.response is not None)],
         termination_kind=abort.termination.kind,
         termination_cause=abort.termination.cause,
         llm_calls=len(f.calls),
+        **({"calls_after_client_left": len(outlived)} if outlived else {}),
     )
     return found
-
-
-def _calls_then(ctx: Context, end: Ref) -> str:
-    """What the LLM calls had done when the client left, as the envelopes show it."""
-    calls = [c for c in ctx.facts.calls.values() if ctx.state(c, end) != "later"]
-    if not calls:
-        return ""
-    answered = sum(1 for c in calls if ctx.state(c, end) == "answered")
-    flowing = [c for c in calls if ctx.state(c, end) == "flowing"]
-    parts = []
-    if answered:
-        if len(calls) == 1:
-            parts.append("its LLM call had answered")
-        else:
-            parts.append(f"{answered} of {len(calls)} LLM calls had answered")
-    for call in flowing[:1]:
-        first = ctx.first_token_at(call)
-        when = f" (first token at +{first:.0f} ms)" if first is not None else ""
-        parts.append(f"LLM call {call.label} was streaming{when}")
-    for call in [c for c in calls if ctx.state(c, end) == "brief"][:1]:
-        start = ctx.started(call)
-        waited = ctx.offset(end) - ctx.offset(start) if start is not None else 0.0
-        parts.append(f"LLM call {call.label} had begun only {ms(waited)} before, unanswered")
-    return "; " + " and ".join(parts) if parts else ""
 
 
 def healthy(ctx: Context) -> Finding:
@@ -346,9 +325,9 @@ def healthy(ctx: Context) -> Finding:
     note = ""
     if during:
         way = "on the way" if ctx.recovered(during) else "and no call answered ok after it"
-        note = f"; {_count(during)} ended {_error(during[0])} {way}"
+        note = f"; {count(during)} ended {error_of(during[0])} {way}"
     if later:
-        note += f"; {_count(later)} begun after the response ended {_error(later[0])}"
+        note += f"; {count(later)} begun after the response ended {error_of(later[0])}"
     found.add(
         f"completed ok{many}: {done.ref.summary}{note}",
         [done.ref],
@@ -363,14 +342,6 @@ def healthy(ctx: Context) -> Finding:
 def _latest(answered: list[Call]) -> Call:
     """The call whose response came last (every one of ``answered`` has one)."""
     return max(answered, key=lambda c: c.response.key if c.response is not None else ("", 0))
-
-
-def _count(calls: list[Call]) -> str:
-    return "1 LLM call" if len(calls) == 1 else f"{len(calls)} LLM calls"
-
-
-def _error(call: Call) -> str:
-    return text(call.error_class or call.outcome, 40)
 
 
 def unclassified(ctx: Context) -> str:
