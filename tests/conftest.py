@@ -51,6 +51,7 @@ SLOW = (
     "tests/test_cli_tail_live.py",
     "tests/test_cli_usability.py",
     "tests/test_docs_snippets.py",
+    "tests/test_error_order.py",
     "tests/test_examples.py",
     "tests/test_examples_offline.py",
     "tests/test_frameworks.py",

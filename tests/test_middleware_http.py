@@ -248,16 +248,18 @@ async def test_error_before_the_response_is_reported_then_completes_500(
     assert FAKE_KEY in str(raised.value)  # the app's exception is re-raised unchanged
 
 
-async def test_wrapping_the_whole_app_sees_the_500_then_the_error(
+async def test_wrapping_the_whole_app_tells_the_error_then_the_500(
     cvdiag_events: CvdiagEvents,
 ) -> None:
+    """ServerErrorMiddleware answers 500 through cvdiag, then re-raises: the story tells the
+    error, then the terminal (a 5xx's is written at the app's exit)."""
     sink = cvdiag_events("default")
     app = _bare()
     with pytest.raises(ValueError, match="upstream refused"):
         await call(CvdiagMiddleware(app), http_scope("/chat/raises"))
     envelopes = check_all(sink, "default")
-    assert boundaries(envelopes) == ["backend.response.complete", "backend.error.caught"]
-    assert (envelopes[0]["outcome"], envelopes[0]["metadata"]["http_status"]) == ("err", 500)
+    assert boundaries(envelopes) == ["backend.error.caught", "backend.response.complete"]
+    assert (envelopes[1]["outcome"], envelopes[1]["metadata"]["http_status"]) == ("err", 500)
     assert len(terminals(envelopes)) == 1
 
 

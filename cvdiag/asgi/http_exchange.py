@@ -160,15 +160,23 @@ class HTTPExchange(HTTPResponseSide):
         return sent >= declared
 
     def _ended(self) -> None:
-        """The app's last body message went out: complete, unless the client left first."""
+        """The app's last body message went out: complete, unless the client left first.
+
+        A 5xx is told at the app's exit instead: an error handler in the app (Starlette's
+        ``ServerErrorMiddleware``, outermost in its stack, with cvdiag wrapping the whole app)
+        answers 500 and then re-raises, and the story tells the error before the terminal."""
         self.settle_streams(body_end=True)
-        if self.left() is None or self.promised_sent():
+        if self.status >= 500:
+            self.answered = True
+        elif self.left() is None or self.promised_sent():
             self.complete()
 
     def end(self, kind: str | None) -> None:
         held = self.held
         # An exception escaping the app may be a held chunk's failed send: its bytes not counted.
-        if self.promised_sent(len(held[-1]) if held and kind is not None else 0):
+        if (self.answered and self.left() is None) or self.promised_sent(
+            len(held[-1]) if held and kind is not None else 0
+        ):
             self.complete()  # the client had every promised byte: whatever came after
             return
         left = self.left()

@@ -38,6 +38,7 @@ class HTTPResponseSide(Exchange):
     every field of an HTTP exchange, so that ``HTTPExchange`` adds methods only."""
 
     __slots__ = (
+        "answered",
         "body_done",
         "counter",
         "declared",
@@ -56,6 +57,8 @@ class HTTPResponseSide(Exchange):
 
     def setup(self) -> None:
         self.body_done = False
+        #: A 5xx's final body message went out; its terminal waits for the app's exit.
+        self.answered = False
         self.streaming = False  # some body message said more_body=True
         #: Mid-stream chunks not looked at yet (immutable ``bytes`` only: an app could reuse a
         #: bytearray); None while every chunk must be looked at as it is sent.
