@@ -20,6 +20,8 @@ from cvdiag.schema.ids import new_uuid7
 from tests.test_middleware_support import (
     CLIENTS,
     FAKE_KEY,
+    FINAL_SEND_SERVERS,
+    ON_EVERY_SERVER,
     boundaries,
     check_all,
     make_app,
@@ -31,11 +33,15 @@ from tests.test_middleware_support import (
     wait_terminal,
 )
 
-servers = pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
+servers = pytest.mark.parametrize("server", ON_EVERY_SERVER)
+#: A complete stream: its final send meets a known cut under trio (FINAL_SEND_SERVERS).
+final_send_servers = pytest.mark.parametrize("server", FINAL_SEND_SERVERS)
+#: The app or client here is asyncio's own.
+asyncio_servers = pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
 clients = pytest.mark.parametrize("client", ["httpx", "httpx2"])
 
 
-@servers
+@final_send_servers
 @clients
 def test_happy_sse_stream(cvdiag_events: CvdiagEvents, server: str, client: str) -> None:
     sink = cvdiag_events("debug")
@@ -146,7 +152,7 @@ async def _agui(request: Request) -> Response:
     return EventSourceResponse(events(), ping=60)
 
 
-@servers
+@final_send_servers
 @clients
 def test_sse_starlette_event_source_response(
     cvdiag_events: CvdiagEvents, server: str, client: str
@@ -195,7 +201,7 @@ async def _item(request: Request) -> Response:
     )
 
 
-@servers
+@asyncio_servers
 @clients
 def test_200_concurrent_requests_keep_their_own_test_ids(
     cvdiag_events: CvdiagEvents, server: str, client: str

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -19,12 +21,29 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from cvdiag import CvdiagMiddleware, MemorySink
 from cvdiag.schema.vocabulary import BYTE_CAPS, Tier
 from tests.schema_check import assert_valid
-from tests.support.servers import serve_hypercorn, serve_uvicorn
+from tests.support.servers import serve_hypercorn, serve_hypercorn_trio, serve_uvicorn
 
 TERMINALS = ("backend.response.complete", "backend.sse.aborted")
 FAKE_KEY = "sk-test-12345"
 CLIENTS: dict[str, Any] = {"httpx": httpx, "httpx2": httpx2}
-SERVERS = {"uvicorn": serve_uvicorn, "hypercorn": serve_hypercorn}
+SERVERS = {
+    "uvicorn": serve_uvicorn,
+    "hypercorn": serve_hypercorn,
+    "hypercorn-trio": serve_hypercorn_trio,  # the app and cvdiag under trio
+}
+#: Under trio, Starlette cancels a response's final send when hypercorn queues the disconnect
+#: during it (its task group listens for one): the body's end is then never seen as sent, and a
+#: complete stream is told ``incomplete``. The terminal's logic is where that is fixed (issue 25).
+TRIO_FINAL_SEND_CANCELLED = pytest.mark.xfail(
+    reason="trio: the final send cancelled by Starlette's disconnect listener", strict=False
+)
+ON_EVERY_SERVER = ["uvicorn", "hypercorn", "hypercorn-trio"]
+#: The same, where a complete stream's end runs into that cancellation under trio.
+FINAL_SEND_SERVERS = [
+    "uvicorn",
+    "hypercorn",
+    pytest.param("hypercorn-trio", marks=TRIO_FINAL_SEND_CANCELLED),
+]
 Envelope = Mapping[str, Any]
 
 
@@ -43,7 +62,7 @@ async def sse(request: Request) -> Response:
         for i in range(count):
             yield sse_event(i)
             if delay:
-                await asyncio.sleep(delay)
+                await anyio.sleep(delay)  # the app runs under asyncio or trio
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
