@@ -34,7 +34,7 @@ from tests.test_middleware_support import (
 )
 
 servers = pytest.mark.parametrize("server", ON_EVERY_SERVER)
-#: A complete stream: its final send meets a known cut under trio (FINAL_SEND_SERVERS).
+#: A complete stream, on every server (under trio its final send may be cancelled).
 final_send_servers = pytest.mark.parametrize("server", FINAL_SEND_SERVERS)
 #: The app or client here is asyncio's own.
 asyncio_servers = pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])

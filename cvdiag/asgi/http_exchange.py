@@ -174,10 +174,16 @@ class HTTPExchange(HTTPResponseSide):
     def end(self, kind: str | None) -> None:
         held = self.held
         # An exception escaping the app may be a held chunk's failed send: its bytes not counted.
-        if (self.answered and self.left() is None) or self.promised_sent(
-            len(held[-1]) if held and kind is not None else 0
+        if (
+            (self.answered and self.left() is None)
+            or self.promised_sent(len(held[-1]) if held and kind is not None else 0)
+            or (kind is None and self.body_done and self.left() is None)
         ):
-            self.complete()  # the client had every promised byte: whatever came after
+            # The client had every promised byte, whatever came after; or the app handed the
+            # server its body's end and returned with nothing failed: under trio, Starlette's
+            # disconnect listener cancels that last send when the client closes at the very
+            # end, so the send never returns to ``_ended`` (a cancelled send is no failure).
+            self.complete()
             return
         left = self.left()
         if kind in ("error", "timeout"):
