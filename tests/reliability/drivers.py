@@ -336,6 +336,10 @@ class MemoryRun:
     tasks_after: int = 0
     threads_after_warmup: int = 0
     threads_after: int = 0
+    #: Threads alive at the end that were not alive after the warm-up: what the run left behind.
+    #: (A count alone is not it: in a shared worker process a thread another test started, such
+    #: as an idle anyio worker, may end meanwhile and hide one this run leaked.)
+    threads_new: list[str] = field(default_factory=list)
     contexts_left: int = 0  # requests after which a cvdiag context was still set
     outstanding_calls: int = 0  # LLM calls the heartbeat scheduler still tracks
     heartbeat_heap: int = 0
@@ -392,6 +396,7 @@ async def memory_run(requests: int, warmup: int) -> MemoryRun:
     gc.collect()
     run.rss_after_warmup = rss_bytes()
     run.threads_after_warmup = threading.active_count()
+    warm_threads = set(threading.enumerate())
     run.answered.clear()
     run.contexts_left = 0
     for i in range(requests):
@@ -402,6 +407,7 @@ async def memory_run(requests: int, warmup: int) -> MemoryRun:
     run.rss_after = rss_bytes()
     run.tasks_after = len(asyncio.all_tasks())
     run.threads_after = threading.active_count()
+    run.threads_new = [t.name for t in threading.enumerate() if t not in warm_threads]
     run.outstanding_calls = scheduler().outstanding
     run.heartbeat_heap = len(scheduler()._heap)
     run.emitted = emitter.emitted
