@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,6 +57,9 @@ def test_a_marked_cut_never_keeps_a_fragment_without_whitespace(
     credential: Credential, offset: int, before: str, limit: int
 ) -> None:
     # No whitespace in the padding: the scrubber's cut cannot fall back to a word's end.
+    # The property is about the cut: a credential the scrubber does not recognise glued this
+    # way even uncut (``-password x`` is no netrc line) is the scrubber's, not the cut's.
+    assume(credential.leaked(scrub("w" * offset + before + credential.text + "/tail")) == [])
     text = "w" * offset + before + credential.text + "/tail" * 400
     out = scrub_text(text, limit)
     _no_piece(credential, out)
