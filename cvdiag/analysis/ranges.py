@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
 
 from cvdiag.analysis.inputs import Input, InputError
+from cvdiag.analysis.partial import outside_run
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -42,6 +43,9 @@ PARALLEL_MIN = 32 << 20
 #: About this many bytes per range: more ranges than workers even out their load and let the
 #: progress line move, and each partial stays small.
 RANGE_SIZE = 16 << 20
+#: How far past an edge the end of a CRI run it cuts is looked for (the reader joins no longer
+#: run either: ``reading.MAX_LINE``).
+RUN_LIMIT = 1 << 20
 #: Bytes read at a time when looking for the newline that ends a range.
 _PROBE: Final = 1 << 16
 
@@ -81,11 +85,14 @@ def plan(source: Input) -> list[tuple[int, int]] | None:
 
 def split(read_at: ReadAt, size: int, step: int) -> list[tuple[int, int]]:
     """``[(start, end), ...]`` covering ``size`` bytes (``read_at(offset, count)``): each edge
-    is moved forward to just after the next newline, so every line lies in one range."""
+    is moved forward to just after the next newline, so every line lies in one range, and past
+    the ``F`` of a CRI line split into parts (``partial``), so every part of it does too."""
     edges = [0]
     target = step
     while target < size:
         edge = _line_start(read_at, max(target, edges[-1] + 1), size)
+        if edge < size:
+            edge = outside_run(read_at, edge, size, RUN_LIMIT)
         if edge >= size:
             break
         edges.append(edge)

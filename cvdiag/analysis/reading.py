@@ -11,7 +11,8 @@ one of the prefixes log collectors add, and nothing else: a docker compose servi
 order, each optional. The rest of the line, trailing whitespace aside, must be one JSON object.
 A ``CVDIAG {`` anywhere else in a line (glued after a host's own text, quoted in another log
 record, forged inside a client-supplied string) is never read as an envelope and never dropped
-silently: it is reported to the caller as *set aside*.
+silently: it is reported to the caller as *set aside*. A CRI line the runtime split into
+``P`` parts and an ``F`` is joined back first (``cvdiag.analysis.partial``), at its first part.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import orjson
 
 # Re-exported (inputs, times): they were part of this module, and callers import them from here.
 from cvdiag.analysis.inputs import STDIN, Input, InputError, Inputs
+from cvdiag.analysis.partial import joined_blocks, may_continue
 from cvdiag.analysis.shape import shape_problem
 from cvdiag.analysis.times import CANONICAL_TS, format_key, key_millis, parse_time, ts_key
 
@@ -157,23 +159,42 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
         from cvdiag.analysis import search
 
         if search.USABLE:
+            # A hit in a CRI line that may be one part of a longer line (see
+            # ``cvdiag.analysis.partial``; the needle may even be in a later part only) sends
+            # the rest of the file to the block reader, which joins the parts: the lines
+            # yielded so far all start before that line's run.
+            last = -1
             try:
-                yield from search.lines_with(
+                for position, line in search.lines_with(
                     fd, needle, max_line=max_line, marker=MARKER, on_read=_told(source)
-                )
+                ):
+                    if line is not None and may_continue(line):
+                        break
+                    last = position
+                    yield position, line
+                else:
+                    return
             except OSError as exc:  # as ``Input.read`` words it
                 raise source.failed(exc) from None
+            for found in _blocks(source, needle, block, max_line):
+                if found[0] > last:
+                    yield found
             return
+    yield from _blocks(source, needle, block, max_line)
+
+
+def _blocks(
+    source: Input, needle: bytes, block: int, max_line: int
+) -> Iterator[tuple[int, bytes | None]]:
+    """``candidate_lines`` read block by block, CRI partial lines joined."""
+    numbered = source.numbered
     width = len(needle)
     lineno = 1  # the number of the line that starts at ``at`` (or of the carried ``tail``)
     tail = b""  # the partial line carried from earlier blocks
     tail_at = 0  # the byte offset of its start
     skipping = False  # inside an overlong line, already reported: drop bytes until its end
     at = 0  # the byte offset of ``data[0]``
-    while True:
-        data = source.read(block)
-        if not data:
-            break
+    for data in joined_blocks(source.read, block, max_line):
         size = len(data)
         first = data.find(b"\n")
         if first < 0:  # no line ends in this block: it all belongs to the carried line

@@ -18,7 +18,8 @@ from typing import IO, Final
 import orjson
 
 from cvdiag.analysis.describe import describe
-from cvdiag.analysis.reading import STDIN, InputError, split_envelope
+from cvdiag.analysis.partial import joined_lines
+from cvdiag.analysis.reading import MAX_LINE, STDIN, InputError, split_envelope
 from cvdiag.analysis.shape import shape_problem
 from cvdiag.cli.output import OK, Output
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
@@ -103,7 +104,7 @@ def tail(args: argparse.Namespace) -> int:
     keep = _Filter(args)
     name = args.files[0]
     lines = _stdin_lines() if name == STDIN else _file_lines(name, args.lines, not args.no_follow)
-    for raw in lines:
+    for raw in joined_lines(lines, MAX_LINE):  # a CRI line split into parts, shown whole
         _show(out, keep, raw)
     out.flush()
     return OK
