@@ -158,6 +158,11 @@ def test_every_reader_reads_the_long_envelope_whole_at_its_line(tmp_path: Path, 
     sources = {ref["source"] for ref in evidence["envelopes"]}
     assert sources <= {f"{log}:{at[line]}" for line in LONG}
 
+    listing = cvdiag("ls", "--json", str(log))
+    assert (listing.returncode, listing.stderr) == (0, "")
+    counts = {row["test_id"]: row["envelopes"] for row in json.loads(listing.stdout)}
+    assert counts == {"t-long": 3, "t-other": 2}
+
     validate = cvdiag("validate", "--strict", str(log))
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "5 envelopes: 5 valid, 0 invalid; 0 malformed lines; 0 lines set aside" in (
