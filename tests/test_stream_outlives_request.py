@@ -172,7 +172,7 @@ def assert_outlived(envelopes: list[Envelope], answer: Envelope) -> None:
     assert late >= 0
 
 
-@pytest.mark.parametrize("reader", ["tasks"])
+@pytest.mark.parametrize("reader", ["tasks", "threads"])
 def test_a_stream_read_on_after_the_client_left_ends_ok_when_read_to_its_end(
     cvdiag_events: CvdiagEvents, provider: tuple[FakeProvider, str], reader: str
 ) -> None:

@@ -10,6 +10,7 @@ unclosed, or at shutdown; never because the request that opened it ended.
 from __future__ import annotations
 
 import asyncio
+import gc
 from time import monotonic
 from typing import Any, Final
 
@@ -147,7 +148,7 @@ class Tracker(BodyReader):
 
         A stream dropped unclosed (``abandoned``) ends here, and so does one whose last read
         came from the request's own task (this one: the handler that read it has returned)
-        or, for a sync stream, with no read in progress: nobody is left to read them. A stream
+        or, for a sync stream with no read in progress, that a collection finds dropped. A stream
         last read by another task goes on, however its request ends: a graph run reading after
         its client left (LangGraph reads each chunk from a new task, so no reader seen so far
         says it is over). It ends at its end, its close, when dropped, or at shutdown; after
@@ -156,9 +157,14 @@ class Tracker(BodyReader):
         if self.done:
             return True
         reader = self.reader
-        if self.call.orphaned or (
-            reader is current_task() if reader is not None else not self.reading
-        ):
+        if reader is None and not self.reading and not self.call.orphaned:
+            # A sync stream (or one read where cvdiag cannot name tasks: trio), with no read in
+            # progress: still held by whoever may read on (a graph run in a worker thread), or
+            # dropped inside a reference cycle (an SDK stream a handler broke out of). Only a
+            # collection tells which, and runs only here: a dropped one ends now, via
+            # ``abandoned``; a held one goes on like a stream read by another task.
+            gc.collect()
+        if self.call.orphaned or (reader is not None and reader is current_task()):
             self.finish(abandoned=True)
             return True
         return False
