@@ -46,7 +46,9 @@ def _no_piece(credential: Credential, out: str) -> None:
 def test_a_head_never_keeps_a_fragment_of_a_token_it_splits(
     credential: Credential, offset: int, before: str, keep: int
 ) -> None:
-    # The token starts anywhere around the cut, glued to the text before it by punctuation.
+    # The token starts anywhere around the cut, glued to the text before it by punctuation
+    # (where the scrubber recognises it so glued even uncut: ``-key-…`` is no Mailgun key).
+    assume(credential.leaked(scrub("w" * offset + before + credential.text + "/tail")) == [])
     text = "w" * offset + before + credential.text + "/tail" * 50
     _no_piece(credential, scrub_head(text, keep))
 

@@ -54,7 +54,10 @@ def _redact_once(text: str, *, prefilter: bool = True) -> str:
     every = PEM | TOK | URL | SCH | KV
     groups = _groups(text, rules) if prefilter else every
     out = _substitute(text, groups, rules) if groups or rules.user is not None else text
-    probe = out
+    # The decodings start from the text as written: a redaction of the encoded form may end at a
+    # ``%`` and split what the encoding hid (``APIKEY DD_API_KEY%3D<hex>`` redacts the name and
+    # keeps the value, which no key precedes once decoded).
+    probe = text
     for _ in range(_DECODE_ROUNDS):
         if "%" not in probe:
             break
