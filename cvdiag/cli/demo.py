@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 from cvdiag.analysis import classify, timeline
 from cvdiag.analysis.reading import Input, Record, records
@@ -124,12 +124,13 @@ def build_app() -> Starlette:
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """uvicorn in a thread on a free loopback port; yields the base URL."""
+def serve(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
+    """uvicorn in a thread on a free loopback port; yields the base URL. ``lifespan="on"``
+    runs the app's lifespan too (shutdown as the server leaves, as on SIGTERM)."""
     import uvicorn
 
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="off"
+        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan=lifespan
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="cvdiag-demo-server", daemon=True)

@@ -4,6 +4,7 @@ trio worker) in a thread."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import threading
 import time
@@ -32,27 +33,8 @@ def free_port() -> int:
 serve_uvicorn = serve
 
 
-@contextmanager
-def serve_uvicorn_lifespan(app: Any) -> Iterator[str]:
-    """uvicorn in a thread with its lifespan on (the demo's helper turns it off); yields the
-    base URL. Leaving, it runs lifespan shutdown, as on SIGTERM."""
-    import uvicorn
-
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-lifespan", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+#: The same with the app's lifespan on: leaving, it runs lifespan shutdown, as on SIGTERM.
+serve_uvicorn_lifespan = functools.partial(serve, lifespan="on")
 
 
 def _hypercorn_config(port: int) -> Any:
