@@ -10,6 +10,7 @@ the lines really written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,6 +138,23 @@ def _lines(sink: MemorySink, since: int) -> str:
     return b"\n".join(list(sink.lines)[since:]).decode("utf-8")
 
 
+_TERMINALS = (b'"backend.response.complete"', b'"backend.sse.aborted"')
+
+
+def _settled(sink: MemorySink) -> int:
+    """Where the sink stands once every request so far has its terminal: a client has its
+    response before the server writes the terminal, so an earlier test's last line can land
+    after this test's mark unless the mark waits for it."""
+    for _ in range(500):
+        lines = list(sink.lines)
+        ingresses = sum(b'"backend.request.ingress"' in line for line in lines)
+        terminals = sum(any(t in line for t in _TERMINALS) for line in lines)
+        if terminals >= ingresses:
+            return len(lines)
+        time.sleep(0.01)
+    raise AssertionError(f"{ingresses - terminals} request(s) never wrote a terminal")
+
+
 @pytest.mark.parametrize("junk", [1010, 1024 - 20, 120, 250])
 def test_an_over_long_test_id_ending_in_a_token_leaks_nothing(
     server: tuple[str, MemorySink], junk: int
@@ -163,7 +181,7 @@ def test_an_over_long_test_id_ending_in_a_token_leaks_nothing(
 
 def test_a_long_test_id_still_joins(server: tuple[str, MemorySink]) -> None:
     url, sink = server
-    since = len(sink.lines)
+    since = _settled(sink)
     test_id = "d4-" + "long-run-" * 20
     with httpx.Client(base_url=url, timeout=10) as client:
         client.get("/plain", headers={"x-test-id": test_id})
