@@ -4,7 +4,7 @@ Every failure is one line on stderr (``cvdiag: error: ...``) and a documented ex
 traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
 3 an internal error, 130 interrupted.
 
-May import: cvdiag.analysis, cvdiag.core, cvdiag.schema; the demo (``demo.py``) also
+May import: cvdiag.analysis, cvdiag.core, cvdiag.report, cvdiag.schema; the demo (``demo.py``) also
 cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
 """
 
@@ -48,6 +48,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
         "tail": _lazy("cvdiag.cli.tail", "tail"),
         "stats": _lazy("cvdiag.cli.commands", "stats"),
         "validate": _lazy("cvdiag.cli.validating", "validate"),
+        "report": _lazy("cvdiag.cli.report", "report"),
         "demo": _lazy("cvdiag.cli.demo", "demo"),
     }
 

@@ -239,6 +239,27 @@ def _validate() -> Parser:
     return p
 
 
+def _report() -> Parser:
+    p = _command(
+        "report",
+        "Write the log as one HTML page: every test id, and each failed one drawn to scale.",
+        """A self-contained page to open from disk or a CI artifact: the test ids failed first
+        with their classes, then for each failed one a waterfall, the class with its reason and
+        evidence, and its envelopes. --all draws healthy test ids too. The page loads nothing
+        from anywhere and runs no value from the log.""",
+        "cvdiag report app.log\ncvdiag report --all -o run-42.html app.log.gz",
+    )
+    p.add_argument("-o", "--output", default="cvdiag-report.html", metavar="PATH",
+                   help="the page to write (default %(default)s; '-': stdout)")  # fmt: skip
+    p.add_argument("--all", action="store_true", help="draw healthy test ids too")
+    p.add_argument("--max-drawn", type=count, default=50, metavar="N",
+                   help="draw at most N test ids (default %(default)s)")  # fmt: skip
+    _test_ids(p, "only the test ids given")
+    _timeout(p)
+    _files(p)
+    return p
+
+
 def _demo() -> Parser:
     p = _command(
         "demo",
@@ -261,6 +282,7 @@ COMMANDS: Final[dict[str, Callable[[], Parser]]] = {
     "tail": _tail,
     "stats": _stats,
     "validate": _validate,
+    "report": _report,
     "demo": _demo,
 }
 

@@ -3,116 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import math
-import struct
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
-from cvdiag.analysis.classify import classify
-from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.pertest import PerTestId
 from cvdiag.analysis.reading import format_key, records
-from cvdiag.analysis.timeline import Clock
+from cvdiag.analysis.rows import Rows
 from cvdiag.cli.opening import again, names, opened
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
-
-
-def _status(facts: Facts) -> str:
-    """What the client got: the first abort, else the worst completion, else nothing yet."""
-    if facts.aborts:
-        return f"aborted {facts.aborts[0].termination}"
-    done = facts.error_status or facts.failed or facts.last_completion
-    if done is None:
-        return "no terminal"
-    status = f"HTTP {done.status:g}" if done.status is not None else done.outcome
-    return status if done.outcome == "ok" else f"{status} {done.outcome}"
-
-
-#: The figures of a row after its sort key: requests, envelopes, duration (NaN for none), and
-#: the class, status, slug and log tier as indexes into ``Rows.texts``.
-_FIGURES: Final = struct.Struct(">QQdIIII")
-
-
-class Rows:
-    """``ls`` rows folded into one ``bytes`` each (``pertest``), about 100 bytes a test id.
-
-    A row starts with its sort key: the first ts (UTF-8), the first ``mono_ns`` and the order in
-    which the test id appeared, big-endian, so rows sort as bytes exactly as the tuples did. Its
-    last byte is the length of the ts. Texts repeat (classes, statuses, slugs): each is kept once.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.texts: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def _text(self, value: str) -> int:
-        index = self._index.get(value)
-        if index is None:
-            index = self._index[value] = len(self.texts)
-            self.texts.append(value)
-        return index
-
-    def fold(self, order: int, slug: str, facts: Facts) -> bytes:
-        verdict = classify(facts, first_token_timeout=self.timeout)
-        first, last = facts.first, facts.last
-        duration = None
-        if first is not None and last is not None:  # from the first request's start
-            clock = Clock(first)
-            duration = clock.offset_ms(last) + facts.lead_ms(clock)
-        ts = (first[0] if first is not None else "").encode()
-        mono = first[1] if first is not None else 0
-        return b"".join(
-            (
-                ts,
-                (mono + 2**63).to_bytes(9, "big"),  # any 64-bit mono_ns, signed or not
-                order.to_bytes(4, "big"),
-                _FIGURES.pack(
-                    facts.requests,
-                    facts.count,
-                    round(duration, 3) if duration is not None else math.nan,
-                    self._text(verdict.flap_class),
-                    self._text(_status(facts)),
-                    self._text(slug),
-                    self._text(verdict.log_tier),
-                ),
-                bytes((len(ts),)),
-            )
-        )
-
-    def restore(self, row: bytes) -> tuple[int, str]:
-        """The order and slug a row was folded with."""
-        size = row[-1]
-        order = int.from_bytes(row[size + 9 : size + 13], "big")
-        slug: int = _FIGURES.unpack_from(row, size + 13)[5]
-        return order, self.texts[slug]
-
-    def first_seen(self, row: bytes) -> str:
-        return row[: row[-1]].decode()
-
-    def flap_class(self, row: bytes) -> str:
-        index: int = _FIGURES.unpack_from(row, row[-1] + 13)[3]
-        return self.texts[index]
-
-    def row(self, test_id: str, row: bytes) -> dict[str, Any]:
-        size = row[-1]
-        requests, count, duration, flap_class, status, slug, tier = _FIGURES.unpack_from(
-            row, size + 13
-        )
-        return {
-            "test_id": test_id,
-            "flap_class": self.texts[flap_class],
-            "requests": requests,
-            "status": self.texts[status],
-            "duration_ms": None if math.isnan(duration) else duration,
-            "first_seen": row[:size].decode() or None,
-            "slug": self.texts[slug],
-            "log_tier": self.texts[tier],
-            "envelopes": count,
-        }
 
 
 def ls(args: argparse.Namespace) -> int:

@@ -1,0 +1,89 @@
+"""``cvdiag report``: the log as one self-contained HTML page (``cvdiag.report``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from cvdiag.analysis.reading import STDIN, Inputs
+from cvdiag.cli.opening import names
+from cvdiag.cli.output import OK, Failure, Malformations, say
+from cvdiag.cli.style import Progress
+from cvdiag.report import Report, gather, write
+
+
+def report(args: argparse.Namespace) -> int:
+    malformed = Malformations("report")
+    progress = Progress("report", None)
+
+    def watch(inputs: Inputs) -> None:
+        if progress.enabled:
+            inputs.watch(lambda done, total: _progress(progress, done, total))
+
+    with _rereadable(args.files) as files:
+        found = gather(
+            files,
+            every=args.all,
+            only=frozenset(args.test_ids) if args.test_ids else None,
+            first_token_timeout=args.first_token_timeout,
+            max_details=args.max_drawn,
+            on_malformed=malformed,
+            warn=lambda message: say(f"warning: report: {message}"),
+            watch=watch,
+        )
+    progress.done()
+    malformed.finish()
+    if not found.test_ids:
+        raise Failure(f"no CVDIAG envelope in {names(args)}")
+    found.sources = [("stdin" if name == STDIN else name) for name in args.files]
+    if args.output == "-":
+        write(found, sys.stdout)
+        sys.stdout.flush()
+        return OK
+    _write_file(args.output, found)
+    failed = found.test_ids - found.counts.get("healthy", 0)
+    say(
+        f"report: wrote {args.output}: {found.test_ids} test id(s), {failed} failed,"
+        f" {len(found.stories)} drawn"
+    )
+    return OK
+
+
+def _progress(progress: Progress, done: int, total: int | None) -> None:
+    progress.total = total
+    progress.update(done)
+
+
+def _write_file(path: str, found: Report) -> None:
+    """Write next to ``path`` and move it into place: a reader never sees half a page."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".cvdiag-report-", suffix=".html", dir=folder)
+    except OSError as exc:
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            write(found, out)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+
+
+@contextlib.contextmanager
+def _rereadable(files: list[str]) -> Iterator[list[str]]:
+    """The inputs, stdin copied to a temporary file first: the report reads its inputs twice."""
+    if STDIN not in files:
+        yield files
+        return
+    with tempfile.NamedTemporaryFile(prefix="cvdiag-stdin-", suffix=".log") as copy:
+        shutil.copyfileobj(sys.stdin.buffer, copy, 1 << 20)
+        copy.flush()
+        yield [copy.name if name == STDIN else name for name in files]

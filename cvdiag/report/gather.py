@@ -1,0 +1,191 @@
+"""The two reads behind a report: every test id listed and classified, then the stories of the
+ones drawn.
+
+The first read is ``cvdiag ls``'s (``pertest``: lean facts for the test ids seen most recently,
+the others folded into their row), so it holds the same memory whatever the log's size. It also
+keeps the log's ``cvdiag.queue_dropped`` reports, which ``cvdiag classify`` weighs. The second
+read takes only the envelopes of the test ids drawn — the failed ones, or every one with
+``every`` — up to ``MAX_DETAILS`` of them, each into a bounded ``Story``. A drawn test id's
+class is its story's, computed by ``classify`` from all its envelopes and the drop reports: the
+class ``cvdiag classify`` gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.analysis.inputs import Input, Inputs
+from cvdiag.analysis.pertest import PerTestId
+from cvdiag.analysis.reading import Malformed, Record, merged, records
+from cvdiag.analysis.rows import Rows
+from cvdiag.report.story import Story
+
+#: Test ids drawn in full (waterfall, class, envelopes); the others are listed only.
+MAX_DETAILS: Final = 50
+#: Rows in the overview: failed test ids first, then healthy ones, up to this many in all.
+MAX_ROWS: Final = 2000
+#: ``cvdiag.queue_dropped`` reports kept for the classifier (each a few hundred bytes).
+MAX_DROP_REPORTS: Final = 10_000
+
+DROPPED: Final = "cvdiag.queue_dropped"
+
+
+@dataclasses.dataclass(slots=True)
+class Report:
+    """What a report page shows."""
+
+    sources: list[str]
+    #: When the report was written (UTC, ISO 8601).
+    written: str
+    first_token_timeout: float
+    #: Listed rows (``Rows.row`` dicts), failed first; each drawn one has ``detail``: its index.
+    rows: list[dict[str, Any]]
+    #: Test ids per class, over the whole log (listed or not).
+    counts: dict[str, int]
+    test_ids: int
+    #: Test ids not listed (past ``MAX_ROWS``) and failed ones not drawn (past ``MAX_DETAILS``).
+    unlisted: int
+    undrawn: int
+    stories: list[Story]
+    #: Envelopes the log says were dropped before they were written (``cvdiag.queue_dropped``).
+    dropped: int
+    malformed: int
+    #: Whether healthy test ids were drawn too.
+    every: bool = False
+    #: Labels to show beside test ids (a pytest node id, from the plugin), by test id.
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def gather(
+    files: Sequence[str],
+    *,
+    every: bool = False,
+    only: frozenset[str] | None = None,
+    first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
+    max_details: int = MAX_DETAILS,
+    on_malformed: Callable[[Malformed], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+    watch: Callable[[Inputs], None] | None = None,
+) -> Report:
+    """Read ``files`` (each one that can be read twice: no stdin) into a ``Report``.
+
+    ``only`` limits the report to those test ids; ``watch`` sees the inputs of the first read
+    (progress on a long read)."""
+    malformed = _Count(on_malformed)
+    rows = Rows(first_token_timeout)
+    drops: list[Record] = []
+    dropped = 0
+    sources = Inputs(files)
+    if watch is not None:
+        watch(sources)
+    with sources as inputs:
+        seen = PerTestId(rows.fold, rows.restore, again=_again(files, inputs), warn=warn)
+        for source in inputs:
+            for record in records(source, malformed, test_id=only):
+                boundary = record.envelope["boundary"]
+                if boundary.startswith("cvdiag."):  # accounting: not a test's story
+                    if boundary == DROPPED:
+                        count = record.envelope["metadata"].get("dropped_count")
+                        dropped += count if type(count) is int and count > 0 else 0
+                        if len(drops) < MAX_DROP_REPORTS:
+                            drops.append(record)
+                    continue
+                seen.add(record)
+    folded = seen.finish()
+    drops.sort(key=_key)
+    failed: list[dict[str, Any]] = []
+    healthy: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    try:
+        for test_id, folded_row in folded.sorted_items():
+            value = rows.row(test_id, folded_row)
+            counts[value["flap_class"]] += 1
+            group = healthy if value["flap_class"] == "healthy" else failed
+            if len(group) < MAX_ROWS:
+                group.append(value)
+    finally:
+        folded.close()
+    listed = failed + healthy[: max(0, MAX_ROWS - len(failed))]
+    drawn = [row for row in listed if every or row["flap_class"] != "healthy"][:max_details]
+    stories = _stories(files, drawn, drops, first_token_timeout)
+    for index, (drawn_row, story) in enumerate(zip(drawn, stories, strict=True)):
+        drawn_row["detail"] = index
+        was = drawn_row["flap_class"]
+        if story.verdict.flap_class != was:  # the drop reports weighed, as classify does
+            counts[was] -= 1
+            counts[story.verdict.flap_class] += 1
+            drawn_row["flap_class"] = story.verdict.flap_class
+    total = sum(counts.values())
+    failing = total - counts["healthy"]
+    return Report(
+        sources=list(files),
+        written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        first_token_timeout=first_token_timeout,
+        rows=listed,
+        counts={name: counts[name] for name in (*CLASSES, *sorted(counts)) if counts[name]},
+        test_ids=total,
+        unlisted=total - len(listed),
+        undrawn=max(0, (total if every else failing) - len(drawn)),
+        stories=stories,
+        dropped=dropped,
+        malformed=malformed.count,
+        every=every,
+    )
+
+
+def _stories(
+    files: Sequence[str], drawn: list[dict[str, Any]], drops: list[Record], timeout: float
+) -> list[Story]:
+    """The second read: only the envelopes of the test ids drawn, merged in time order."""
+    if not drawn:
+        return []
+    stories = {row["test_id"]: Story(row["test_id"]) for row in drawn}
+    with Inputs(files) as inputs:  # numbered: evidence names lines, as ``cvdiag classify`` does
+        for record in merged(inputs, _ignored, test_id=frozenset(stories)):
+            if not record.envelope["boundary"].startswith("cvdiag."):
+                stories[record.envelope["test_id"]].add(record)
+    for story in stories.values():
+        story.finish(drops, first_token_timeout=timeout)
+    return [stories[row["test_id"]] for row in drawn]
+
+
+def _again(
+    files: Sequence[str], inputs: list[Input]
+) -> Callable[[frozenset[str]], Iterator[Record]]:
+    """``pertest``'s second read of the test ids it folded too early (see ``cli.opening``)."""
+
+    def read(ids: frozenset[str]) -> Iterator[Record]:
+        with Inputs(files) as sources:
+            for source in sources:
+                source.numbered = False
+                for record in records(source, _ignored, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        yield record
+
+    return read
+
+
+class _Count:
+    """Malformed lines: counted, and handed on to the caller's handler."""
+
+    def __init__(self, then: Callable[[Malformed], None] | None) -> None:
+        self.count = 0
+        self._then = then
+
+    def __call__(self, problem: Malformed) -> None:
+        self.count += not problem.set_aside  # an envelope after other text is not malformed
+        if self._then is not None:
+            self._then(problem)
+
+
+def _ignored(problem: Malformed) -> None:
+    pass  # reported by the first read
+
+
+def _key(record: Record) -> tuple[str, int]:
+    return record.key

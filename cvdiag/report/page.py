@@ -1,0 +1,156 @@
+"""The report page: its head (Content-Security-Policy, inline style), the overview of every test
+id, each drawn test id's section (``detail``), and the script that filters and navigates.
+
+The page requests nothing: no other host, no other file. Its policy allows only its own style
+and script, by hash, and nothing else (no image, font, frame, form or connection). Without
+scripts it is all there: the controls the script adds are hidden until it runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import os
+from collections.abc import Iterator
+from importlib import resources
+from typing import IO, Any, Final
+
+from cvdiag.core.version import __version__ as VERSION
+from cvdiag.report.detail import section
+from cvdiag.report.gather import Report
+from cvdiag.report.markup import attr, text
+from cvdiag.report.style import BADGES, badge, duration
+
+COLUMNS: Final = ("class", "test id", "req", "status", "duration", "LLM calls", "first seen")
+
+
+@functools.cache
+def _asset(name: str) -> str:
+    return resources.files("cvdiag.report").joinpath("assets").joinpath(name).read_text("utf-8")
+
+
+def _hash(source: str) -> str:
+    digest = hashlib.sha256(source.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def policy() -> str:
+    """The page's Content-Security-Policy: its own style and script, by hash; nothing else."""
+    return (
+        f"default-src 'none'; style-src {_hash(_asset('report.css'))};"
+        f" script-src {_hash(_asset('report.js'))}; base-uri 'none'; form-action 'none'"
+    )
+
+
+def render(report: Report) -> Iterator[str]:
+    """The page, in pieces (a section per drawn test id: the whole page is never one string)."""
+    failed = report.test_ids - report.counts.get("healthy", 0)
+    title = f"cvdiag report: {failed} of {report.test_ids} test ids failed"
+    yield (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy"{attr("content", policy())}>\n'
+        '<meta name="referrer" content="no-referrer">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{text(title)}</title>\n<style>{_asset('report.css')}</style>\n</head>\n"
+    )
+    yield '<body>\n<svg class="defs" aria-hidden="true" width="0" height="0"><defs>'
+    yield (
+        '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse"'
+        ' patternTransform="rotate(45)"><rect class="hatch-bg" width="6" height="6"/>'
+        '<line class="hatch-line" x1="0" y1="0" x2="0" y2="6"/></pattern></defs></svg>\n'
+    )
+    yield from _header(report, title)
+    yield from _overview(report)
+    for index, story in enumerate(report.stories):
+        yield section(index, story, report)
+    yield (
+        f"<footer>Written by cvdiag {text(VERSION)} from what the log says; each class is"
+        " <code>cvdiag classify</code>'s. Keys: <kbd>/</kbd> search, <kbd>j</kbd>/<kbd>k</kbd>"
+        " move, <kbd>Enter</kbd> open, <kbd>+</kbd>/<kbd>-</kbd>/<kbd>0</kbd> zoom,"
+        " <kbd>←</kbd>/<kbd>→</kbd> pan.</footer>\n"
+    )
+    yield f"<script>{_asset('report.js')}</script>\n</body>\n</html>\n"
+
+
+def _header(report: Report, title: str) -> Iterator[str]:
+    sources = ", ".join(os.path.basename(source) for source in report.sources)
+    yield f'<header>\n<h1>{text(title)}</h1>\n<p class="meta">'
+    yield (
+        f"{text(sources)} · written {text(report.written)} · first-token timeout"
+        f" {report.first_token_timeout:g} s"
+    )
+    if report.dropped:
+        yield f" · <strong>{report.dropped} envelope(s) dropped before they were written</strong>"
+    if report.malformed:
+        yield f" · {report.malformed} malformed line(s) skipped"
+    yield '</p>\n<ul class="counts">'
+    for name, count in report.counts.items():
+        yield (
+            f'<li><button type="button" class="chip"{attr("data-class", name)}>'
+            f"{badge(name)} <b>{count}</b></button></li>"
+        )
+    yield "</ul>\n</header>\n"
+
+
+def _overview(report: Report) -> Iterator[str]:
+    yield '<main>\n<section id="overview" aria-label="test ids">\n'
+    yield (
+        '<div class="controls" hidden><label>Search <input id="search" type="search"'
+        ' placeholder="test id" autocomplete="off"></label> <label>Class <select id="class">'
+        '<option value="">every class</option>'
+    )
+    for name in report.counts:
+        yield f"<option{attr('value', name)}>{text(name)}</option>"
+    yield '</select></label> <span id="shown" aria-live="polite"></span></div>\n'
+    yield '<div class="scroll"><table class="tests">\n<thead><tr>'
+    yield "".join(f"<th>{name}</th>" for name in COLUMNS)
+    yield "</tr></thead>\n<tbody>\n"
+    for row in report.rows:
+        yield _row(row, report.labels)
+    yield "</tbody></table></div>\n"
+    notes = []
+    if report.unlisted:
+        notes.append(f"{report.unlisted} more test id(s) not listed (cvdiag ls lists them all)")
+    if report.undrawn:
+        notes.append(
+            f"{report.undrawn} test id(s) listed but not drawn: a page draws at most"
+            f" {len(report.stories)} (cvdiag replay shows any test id)"
+        )
+    if not report.rows:
+        notes.append("no test id in this log")
+    for note in notes:
+        yield f'<p class="note">{text(note)}</p>\n'
+    yield "</section>\n"
+
+
+def _row(row: dict[str, Any], labels: dict[str, str]) -> str:
+    test_id = row["test_id"]
+    name = text(test_id)
+    detail = row.get("detail")
+    if detail is not None:
+        name = f'<a href="#t{int(detail)}">{name}</a>'
+    label = labels.get(test_id)
+    if label:
+        name += f"<br><small>{text(label)}</small>"
+    first_seen = (row["first_seen"] or "")[:23].replace("T", " ")
+    calls = row.get("llm_calls", 0)
+    return (
+        f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id)}>"
+        f'<td>{badge(row["flap_class"])}</td><td class="id">{name}</td>'
+        f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"])}</td>'
+        f'<td class="n">{duration(row["duration_ms"])}</td><td class="n">{int(calls)}</td>'
+        f'<td class="t">{text(first_seen)}</td></tr>\n'
+    )
+
+
+def write(report: Report, out: IO[str]) -> int:
+    """Write the page to ``out``; return its size in characters."""
+    size = 0
+    for piece in render(report):
+        out.write(piece)
+        size += len(piece)
+    return size
+
+
+__all__ = ["BADGES", "policy", "render", "write"]
