@@ -44,6 +44,15 @@ def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:
     assert any('"boundary":"backend.sse.event"' in line for line in envelopes)
     assert any('"method":"WEBSOCKET"' in line for line in envelopes)
     assert FAKE_API_KEY not in log.read_text()
+    # It ends by writing the log's report page, and says where.
+    page = tmp_path / "cvdiag-demo.html"
+    assert f"{page}" in out
+    html = page.read_text()
+    assert FAKE_API_KEY not in html
+    for scenario in SCENARIOS:
+        assert f'data-id="{scenario.test_id}"' in html
+        if scenario.expected != "healthy":  # failed ones are drawn, with the demo's class
+            assert f'data-class="{scenario.expected}" aria-label="{scenario.test_id}"' in html
 
 
 def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) -> None:
@@ -59,9 +68,12 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
     suggested = [
         line.strip()[2:] if line.strip().startswith("$ ") else line.strip()
         for line in done.stdout.splitlines()
-        if line.strip().startswith(("$ cvdiag ", "cvdiag ls", "cvdiag replay", "cvdiag classify"))
+        if line.strip().startswith(
+            ("$ cvdiag ", "cvdiag ls", "cvdiag replay", "cvdiag classify", "cvdiag report")
+        )
     ]
-    assert len(suggested) >= 2 * len(SCENARIOS) + 3
+    assert len(suggested) >= 2 * len(SCENARIOS) + 4
+    (tmp_path / "cvdiag-demo.html").unlink()  # the demo wrote it; the command shown writes it too
     for command in suggested:
         run = subprocess.run(
             f"{sys.executable} -m {command}",
@@ -72,3 +84,4 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
             cwd=tmp_path,
         )
         assert run.returncode == 0, (command, run.stderr)
+    assert (tmp_path / "cvdiag-demo.html").read_text().startswith("<!doctype html>")

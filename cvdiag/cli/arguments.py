@@ -266,11 +266,14 @@ def _demo() -> Parser:
         "Run an instrumented example backend and explain what it wrote.",
         """Starts an example agent backend on loopback, drives one conversation per failure
         class, writes its log to cvdiag-demo.log (--log), and shows each test id's replay and
-        class, with the commands to run them yourself.""",
+        class, with the commands to run them yourself; it ends by writing the log's report
+        page, cvdiag-demo.html (--report).""",
         "cvdiag demo\ncvdiag replay demo-1-healthy-chat cvdiag-demo.log",
     )
     p.add_argument("--log", default="cvdiag-demo.log", metavar="PATH",
                    help="the log to write (default %(default)s, replaced)")  # fmt: skip
+    p.add_argument("--report", default="cvdiag-demo.html", metavar="PATH",
+                   help="its cvdiag report page (default %(default)s, replaced)")  # fmt: skip
     return p
 
 

@@ -48,6 +48,8 @@ SLOW_LLM_S: Final = 1.5
 HEARTBEAT_S: Final = 0.2
 #: The slow scenario is classified with this first-token timeout (the default is 60 s).
 DEMO_FIRST_TOKEN_TIMEOUT: Final = 1.0
+#: The page ``cvdiag report`` writes of the demo's log, at its end.
+DEMO_REPORT: Final = "cvdiag-demo.html"
 TOKENS: Final = ("Hello", "!", " How", " can", " I", " help", "?")
 
 
@@ -251,9 +253,10 @@ def _wait_until_ended(memory: MemorySink, test_id: str, timeout: float = 10.0) -
         time.sleep(0.02)
 
 
-def run(out: TextIO | None = None, log: str = DEMO_LOG) -> int:
-    """Run the demo, writing its envelopes to ``log`` (replaced if it exists); returns 0 when
-    every scenario got the class it shows off."""
+def run(out: TextIO | None = None, log: str = DEMO_LOG, report: str | None = DEMO_REPORT) -> int:
+    """Run the demo, writing its envelopes to ``log`` and their ``cvdiag report`` page to
+    ``report`` (both replaced if they exist); returns 0 when every scenario got the class it
+    shows off."""
     from cvdiag.cli.style import safe  # late: the demo imports the CLI, not the reverse
     from cvdiag.cli.tail import render
 
@@ -334,6 +337,13 @@ def run(out: TextIO | None = None, log: str = DEMO_LOG) -> int:
     say(f"  cvdiag replay {SCENARIOS[0].test_id} {name}")
     say(f"  cvdiag classify {SCENARIOS[2].test_id} {name}")
     say()
+    if report is not None:
+        page = _report(log, report)
+        shown = report if " " not in report else repr(report)
+        say(f"The same story as one page, for a browser (a CI job keeps it as an artifact): {page}")
+        say("written as this command writes it:")
+        say(f"  cvdiag report {name} --first-token-timeout {DEMO_FIRST_TOKEN_TIMEOUT:g} -o {shown}")
+        say()
     say("On your own backend: app.add_middleware(CvdiagMiddleware), set the environment variable")
     say("CVDIAG_BACKEND_EMITTER=1, run it with '| tee app.log', and read it live with")
     say("'| cvdiag tail', or afterwards with: cvdiag ls|replay|classify ... app.log")
@@ -343,10 +353,19 @@ def run(out: TextIO | None = None, log: str = DEMO_LOG) -> int:
     return 0
 
 
+def _report(log: str, path: str) -> str:
+    """Write the report of ``log`` to ``path``, as ``cvdiag report`` would; its absolute path."""
+    from cvdiag.cli.report import write_page
+    from cvdiag.report import gather
+
+    write_page(path, gather([log], first_token_timeout=DEMO_FIRST_TOKEN_TIMEOUT))
+    return os.path.abspath(path)
+
+
 def demo(args: argparse.Namespace) -> int:
     """The ``cvdiag demo`` command: ``run`` with its failures as the command's error lines."""
     try:
-        return run(log=args.log)
+        return run(log=args.log, report=args.report)
     except DemoUnavailable as exc:
         raise Failure(f"demo: {exc}", USAGE) from None
     except DemoFailed as exc:

@@ -45,7 +45,7 @@ def report(args: argparse.Namespace) -> int:
         write(found, sys.stdout)
         sys.stdout.flush()
         return OK
-    _write_file(args.output, found)
+    write_page(args.output, found)
     failed = found.test_ids - found.counts.get("healthy", 0)
     say(
         f"report: wrote {args.output}: {found.test_ids} test id(s), {failed} failed,"
@@ -59,7 +59,7 @@ def _progress(progress: Progress, done: int, total: int | None) -> None:
     progress.update(done)
 
 
-def _write_file(path: str, found: Report) -> None:
+def write_page(path: str, found: Report) -> None:
     """Write next to ``path`` and move it into place: a reader never sees half a page."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
