@@ -1,4 +1,5 @@
-"""pytest plugin: the ``cvdiag_events`` fixture, the ``cvdiag`` marker and ``--cvdiag-log``.
+"""pytest plugin: the ``cvdiag_events`` fixture, the ``cvdiag`` marker, ``--cvdiag-log`` and
+``--cvdiag-report`` (``cvdiag.pytest_report``).
 
 Registered through the ``pytest11`` entry point, so installing cvdiag is enough.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cvdiag import pytest_report
 from cvdiag.core.context import _CURRENT
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitter_module
@@ -143,6 +145,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="append every envelope captured by cvdiag_events to PATH (a CI artifact that "
         "`cvdiag classify` reads)",
     )
+    pytest_report.add_options(group)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -153,12 +156,14 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--cvdiag-log", default=None)
     if path:
         config.stash[_LOG_KEY] = FileSink(path)
+    pytest_report.configure(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     sink = config.stash.get(_LOG_KEY, None)
     if sink is not None:
         sink.close()
+    pytest_report.unconfigure(config)
 
 
 @pytest.fixture
@@ -203,11 +208,13 @@ def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Add the replay of what a failed test emitted to its report."""
+    """Add the replay of what a failed test emitted to its report (and, with
+    ``--cvdiag-report``, where the page shows it)."""
     report = yield
     events = item.stash.get(EVENTS_KEY, None)
     if events is not None and report.failed and call.when == "call":
         report.sections.append(("cvdiag replay", _replay(events.all())))
+    pytest_report.on_report(item, call.when, report, events.lines if events is not None else None)
     return report
 
 
@@ -224,7 +231,7 @@ def _replay(envelopes: Sequence[Envelope]) -> str:
         by_test.setdefault(str(env["test_id"]), []).append(record)
     if not by_test:
         return "no envelopes were emitted"
+    # render's first line already names the test id (with its count and span).
     return "\n\n".join(
-        "\n".join([f"test id {test_id}", *render(build(test_id, records))])
-        for test_id, records in by_test.items()
+        "\n".join(render(build(test_id, records))) for test_id, records in by_test.items()
     )
