@@ -1,0 +1,257 @@
+"""What cvdiag costs on a real server: uvicorn under wrk, the server's CPU per request.
+
+Run: ``python benchmarks/server.py [--rounds 5] [--seconds 5] [--connections 32] [--json]``;
+``--only default,bare`` and ``--routes sse`` pick variants and routes. Needs uvicorn with uvloop
+and httptools (``pip install 'uvicorn[standard]'``), asgi-correlation-id, sse-starlette, the
+OpenTelemetry SDK and ASGI instrumentation, and Debian's ``wrk``.
+
+Each run starts a fresh server process for one variant (``benchmarks/server_app.py``): one
+uvicorn worker (uvloop, httptools, no access log) pinned to CPU 0, its stdout — where cvdiag's
+lines go — a real file; wrk on CPU 1 (``taskset``; on a one-CPU machine both share it) warms it
+up, then loads one route for ``--seconds``. The figure of record is the server process's own CPU
+time (user + system, from ``/proc/PID/stat``) over the load divided by the requests served: what
+a user's CPU pays per request, whatever the load generator does. Throughput and wrk's p50/p99
+latency are shown beside it. Variants run interleaved: every round runs each variant once per
+route, in an order that rotates from round to round, so a slow moment of a shared machine falls
+on all of them; a variant's ratio is the median over rounds of its CPU per request ÷ the bare
+app's in the same round, shown with the min–max over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ("bare", "off", "default", "verbose", "debug", "correlation", "otel")
+ROUTES = ("json", "sse", "agent")
+#: The agent route's body: about 2 KB of JSON, as an AG-UI run's input.
+BODY = orjson.dumps(
+    {
+        "threadId": "thread-0190d6a0",
+        "runId": "run-5c2e7c3a",
+        "messages": [
+            {"id": f"msg-{i}", "role": "user", "content": "What is the weather in Amsterdam? " * 3}
+            for i in range(16)
+        ],
+    }
+)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (``/proc/PID/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _pin(cpu: int) -> list[str]:
+    if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
+        return []
+    return ["taskset", "-c", str(cpu)]
+
+
+class Server:
+    """One uvicorn worker serving one variant, its stdout a file."""
+
+    def __init__(self, variant: str, folder: Path) -> None:
+        self.port = _free_port()
+        self.log = folder / f"{variant}-{self.port}.log"
+        env = {**os.environ, "BENCH_VARIANT": variant, "PYTHONPATH": str(HERE)}
+        env = {k: v for k, v in env.items() if not k.startswith("CVDIAG_")}
+        command = [
+            *_pin(0), sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
+            "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
+            "--no-access-log", "--log-level", "warning",
+        ]  # fmt: skip
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.stop()
+        raise SystemExit(f"{variant}: the server did not start: {self.errors()}")
+
+    def errors(self) -> str:
+        if self.process.stderr is None:
+            return ""
+        return (
+            self.process.stderr.read().decode(errors="replace")[-400:]
+            if self.process.poll() is not None
+            else ""
+        )
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _wrk(port: int, route: str, seconds: int, connections: int, folder: Path) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/{route}"
+    # wrk takes whole seconds.
+    command = [
+        *_pin(1),
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{max(1, seconds)}s",
+        "--latency",
+        url,
+    ]
+    if route == "agent":
+        script = folder / "post.lua"
+        body = BODY.decode().replace("\\", "\\\\").replace('"', '\\"')
+        script.write_text(
+            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+            f'wrk.body = "{body}"\n'
+        )
+        command[-1:-1] = ["-s", str(script)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return _parse(done.stdout)
+
+
+def _parse(out: str) -> dict[str, float]:
+    requests = re.search(r"(\d+) requests in", out)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if requests is None:
+        raise SystemExit(f"wrk printed no request count:\n{out}")
+    found = {
+        "requests": float(requests.group(1)),
+        "non_2xx": float(errors.group(1)) if errors else 0.0,
+    }
+    for name, figure in (("p50", "50%"), ("p99", "99%")):
+        match = re.search(rf"{re.escape(figure)}\s+([\d.]+)(us|ms|s)\b", out)
+        if match is not None:
+            scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[match.group(2)]
+            found[f"{name}_ms"] = float(match.group(1)) * scale
+    return found
+
+
+def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    server = Server(variant, folder)
+    try:
+        _wrk(server.port, route, 1, args.connections, folder)  # warm up
+        before = _cpu_seconds(server.process.pid)
+        start = time.perf_counter()
+        result = _wrk(server.port, route, args.seconds, args.connections, folder)
+        result["wall_s"] = time.perf_counter() - start
+        result["cpu_s"] = _cpu_seconds(server.process.pid) - before
+    finally:
+        server.stop()
+    if result["non_2xx"]:
+        raise SystemExit(f"{variant} /{route}: {result['non_2xx']:g} responses were not 2xx")
+    lines = server.log.read_bytes().count(b"\nCVDIAG ") + server.log.read_bytes().startswith(
+        b"CVDIAG "
+    )
+    if variant in ("default", "verbose", "debug") and lines == 0:
+        raise SystemExit(f"{variant} /{route}: the server wrote no CVDIAG line")
+    result["lines"] = float(lines)
+    result["cpu_us_per_request"] = result["cpu_s"] / result["requests"] * 1e6
+    result["requests_per_s"] = result["requests"] / result["wall_s"]
+    server.log.unlink()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--only", default=",".join(VARIANTS))
+    parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    variants = [v for v in args.only.split(",") if v]
+    if "bare" not in variants:
+        variants.insert(0, "bare")
+    routes = [r for r in args.routes.split(",") if r]
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed (apt-get install wrk)")
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="cvdiag-server-bench-") as name:
+        folder = Path(name)
+        for number in range(args.rounds):
+            order = variants[number % len(variants) :] + variants[: number % len(variants)]
+            for route in routes:
+                for variant in order:
+                    runs.setdefault((variant, route), []).append(
+                        measure(variant, route, args, folder)
+                    )
+    table = _summarize(runs, variants, routes)
+    if args.json:
+        print(orjson.dumps(table, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print(table, variants, routes)
+
+
+def _summarize(
+    runs: dict[tuple[str, str], list[dict[str, float]]], variants: list[str], routes: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for route in routes:
+        bare = runs[("bare", route)]
+        for variant in variants:
+            mine = runs[(variant, route)]
+            ratios = [
+                m["cpu_us_per_request"] / b["cpu_us_per_request"]
+                for m, b in zip(mine, bare, strict=True)
+            ]
+            out.setdefault(route, {})[variant] = {
+                "cpu_us_per_request": statistics.median(m["cpu_us_per_request"] for m in mine),
+                "ratio": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "requests_per_s": statistics.median(m["requests_per_s"] for m in mine),
+                "p50_ms": statistics.median(m.get("p50_ms", 0.0) for m in mine),
+                "p99_ms": statistics.median(m.get("p99_ms", 0.0) for m in mine),
+                "lines_per_request": statistics.median(m["lines"] / m["requests"] for m in mine),
+                "rounds": len(mine),
+            }
+    return out
+
+
+def _print(table: dict[str, Any], variants: list[str], routes: list[str]) -> None:
+    print(
+        "route   variant      CPU µs/req  ratio (min–max)      req/s    p50 ms  p99 ms  lines/req"
+    )
+    for route in routes:
+        for variant in variants:
+            row = table[route][variant]
+            print(
+                f"{route:<7} {variant:<12} {row['cpu_us_per_request']:>10.1f}  {row['ratio']:.3f}"
+                f" ({row['ratio_min']:.2f}–{row['ratio_max']:.2f})  {row['requests_per_s']:>8.0f}"
+                f"  {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f}  {row['lines_per_request']:>8.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
