@@ -71,6 +71,7 @@ SLOW = (
     "tests/test_middleware_e2e.py",
     "tests/test_otel.py",
     "tests/test_process_lifecycle.py",
+    "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
