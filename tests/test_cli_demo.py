@@ -3,12 +3,22 @@ with their envelopes, replays and classes, and never shows the fake API key."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
-from cvdiag.cli.demo import FAKE_API_KEY, SCENARIOS
+import pytest
+
+from cvdiag.cli.demo import FAKE_API_KEY, SCENARIOS, DemoUnavailable, run
+from cvdiag.sinks import FileSink
+
+_SGR = re.compile("\x1b\\[[0-9;]*m")
 
 
 def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:
@@ -25,6 +35,7 @@ def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     out = done.stdout
+    assert "\x1b" not in out  # a pipe, --color auto: plain
     assert FAKE_API_KEY not in out + done.stderr
     assert "[REDACTED]" in out
     summary = out[out.index("=== summary") :].splitlines()[1:]
@@ -56,8 +67,9 @@ def test_the_demo_runs_every_scenario_and_classifies_it(tmp_path: Path) -> None:
 
 
 def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) -> None:
+    # --color always colours it as the other commands colour theirs, even into a pipe.
     done = subprocess.run(
-        [sys.executable, "-m", "cvdiag", "demo", "--log", "my demo.log"],
+        [sys.executable, "-m", "cvdiag", "demo", "--log", "my demo.log", "--color", "always"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -65,9 +77,12 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
+    assert "\x1b[1m=== 1/5 healthy chat" in done.stdout  # a scenario's title, bold
+    assert "\x1b[32m  healthy chat " in done.stdout  # a healthy row of the summary, green
+    assert "\x1b[31;1m" in done.stdout  # the error scenario's envelope and class, red
     suggested = [
         line.strip()[2:] if line.strip().startswith("$ ") else line.strip()
-        for line in done.stdout.splitlines()
+        for line in _SGR.sub("", done.stdout).splitlines()
         if line.strip().startswith(
             ("$ cvdiag ", "cvdiag ls", "cvdiag replay", "cvdiag classify", "cvdiag report")
         )
@@ -85,3 +100,55 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
         )
         assert run.returncode == 0, (command, run.stderr)
     assert (tmp_path / "cvdiag-demo.html").read_text().startswith("<!doctype html>")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_log_it_cannot_write_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    # It used to spin: /dev/full takes the open, and reads back as endless NULs.
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "demo", "--log", "/dev/full"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "cvdiag: error: demo: cannot write /dev/full: No space left on device\n"
+    assert done.stdout == ""
+    assert time.monotonic() - started < 15
+
+
+def test_a_log_that_fills_up_fails_the_demo_and_stops_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log takes the demo's first byte, then the disk fills: the sink counts the lost lines
+    # (as it must in a host), and the demo, which would read back a wrong story, stops.
+    def full(self: FileSink, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(FileSink, "_write_bytes", full)
+    log = tmp_path / "demo.log"
+    with pytest.raises(
+        DemoUnavailable, match=r"^cannot write .*demo\.log: \d+ envelope\(s\) lost$"
+    ):
+        run(out=io.StringIO(), log=str(log), report=None)
+    assert not [t for t in threading.enumerate() if t.name == "cvdiag-demo-server"]
+
+
+def test_every_missing_dependency_is_named_with_how_to_install_it(tmp_path: Path) -> None:
+    missing = "import sys; sys.modules['uvicorn'] = sys.modules['httpx'] = None"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{missing}; from cvdiag.cli import main; sys.exit(main(['demo']))"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert line.startswith("cvdiag: error: demo: missing uvicorn, httpx ")
+    assert "pip install uvicorn httpx," in line  # only the missing ones: cvdiag is on no index
+    assert "pip install 'cvdiag[demo]'" not in line
+    assert ".[demo]" in line
+    assert not (tmp_path / "cvdiag-demo.log").exists()  # checked before anything is written

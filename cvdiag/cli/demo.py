@@ -10,7 +10,8 @@ each conversation the demo prints the test id's replay and class, read back from
 exactly as the ``cvdiag replay`` and ``cvdiag classify`` commands it prints would read it.
 
 The server and clients (uvicorn, httpx, websockets) are the ``demo`` extra, not runtime
-dependencies of cvdiag.
+dependencies of cvdiag; all missing ones are named at once. A log the demo cannot write fails
+it in one line, before its server starts or as soon as an envelope is lost, never later.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 from cvdiag.analysis import classify, timeline
@@ -164,10 +167,6 @@ def _sse(client: httpx.Client, test_id: str, mode: str, *, stop_after: int | Non
                 return  # hang up mid-stream: leaving the block closes the connection
 
 
-def _error(client: httpx.Client, test_id: str) -> None:
-    client.post("/chat?mode=error", headers={"x-test-id": test_id}, json={"message": "hi"})
-
-
 def _websocket(base: str, test_id: str) -> None:
     from websockets.sync.client import connect
 
@@ -175,11 +174,9 @@ def _websocket(base: str, test_id: str) -> None:
         base.replace("http://", "ws://") + "/ws", additional_headers={"x-test-id": test_id}
     ) as ws:
         ws.send(json.dumps({"message": "hi"}))
-        try:
+        with suppress(Exception):  # the server closing the socket ends the chat
             while True:
                 ws.recv(timeout=5)
-        except Exception:  # noqa: S110 - the server closing the socket ends the chat
-            pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +218,7 @@ SCENARIOS: Final = (
         "error with an API key",
         "demo-4-llm-error",
         "the LLM call fails with the API key in its message; the envelope carries it scrubbed",
-        lambda client, base, tid: _error(client, tid),
+        lambda client, base, tid: _sse(client, tid, "error"),  # a JSON 502, read whole
         "backend-error",
     ),
     Scenario(
@@ -234,9 +231,44 @@ SCENARIOS: Final = (
 )
 
 
-def _records(log: str, test_id: str) -> list[Record]:
-    """The test id's envelopes read back from the log, exactly as ``cvdiag`` reads it."""
+def _check_dependencies() -> None:
+    """Every module the demo needs, named at once: one ``pip install`` line, not one per run."""
+    missing = []
+    for name in ("uvicorn", "httpx", "websockets"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:  # cvdiag is on no package index: name the packages, then the extra
+        raise DemoUnavailable(
+            f"missing {', '.join(missing)} (it needs uvicorn, httpx and websockets): pip install"
+            f" {' '.join(missing)}, or from a checkout: pip install -e '.[demo]'"
+        )
+
+
+def _fresh_log(log: str) -> None:
+    """Empty ``log`` after writing a byte (a full disk refuses it); only a regular file, as it is
+    read back (``/dev/full`` reads as endless NULs: the demo spun reading it)."""
+    try:
+        # Non-blocking: a FIFO without a reader fails here rather than hang the demo.
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        try:
+            os.write(fd, b"\n")
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DemoUnavailable(f"cannot use {log}: not a regular file")
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise DemoUnavailable(f"cannot write {log}: {exc.strerror or exc}") from None
+
+
+def _records(log: str, test_id: str, sink: FileSink) -> list[Record]:
+    """The test id's envelopes read back from the log, exactly as ``cvdiag`` reads it; a line
+    the sink lost (it counts and goes on, as in a host) fails the demo: no wrong story."""
     flush()
+    if sink.dropped:
+        raise DemoUnavailable(f"cannot write {log}: {sink.dropped} envelope(s) lost")
     with open(log, "rb") as file:
         return list(records(Input(log, file), lambda problem: None, test_id=test_id))
 
@@ -253,40 +285,34 @@ def _wait_until_ended(memory: MemorySink, test_id: str, timeout: float = 10.0) -
         time.sleep(0.02)
 
 
-def run(out: TextIO | None = None, log: str = DEMO_LOG, report: str | None = DEMO_REPORT) -> int:
-    """Run the demo, writing its envelopes to ``log`` and their ``cvdiag report`` page to
-    ``report`` (both replaced if they exist); returns 0 when every scenario got the class it
-    shows off."""
-    from cvdiag.cli.style import safe  # late: the demo imports the CLI, not the reverse
+def run(
+    out: TextIO | None = None,
+    log: str = DEMO_LOG,
+    report: str | None = DEMO_REPORT,
+    color: str = "auto",
+) -> int:
+    """Run the demo: envelopes to ``log``, their page to ``report`` (both replaced), coloured as
+    ``color`` (``--color``) says; 0 when every scenario got the class it shows off."""
+    from cvdiag.cli.commands import _failed_row  # late: the demo imports the CLI, not the reverse
+    from cvdiag.cli.style import Style, class_color, safe, use_color
     from cvdiag.cli.tail import render
 
     stream = out if out is not None else sys.stdout
-    try:
-        open(log, "wb").close()  # a fresh log: the commands the demo prints read only this run
-    except OSError as exc:
-        raise DemoUnavailable(
-            f"cannot write {log}: {exc.strerror or exc}; try --log PATH"
-        ) from None
-    try:
-        import httpx
-        import uvicorn  # noqa: F401 - checked here, used by serve()
-        import websockets  # noqa: F401 - checked here, used by _websocket()
-    except ImportError as exc:
-        raise DemoUnavailable(
-            f"the demo needs uvicorn, httpx and websockets ({exc.name} is missing):"
-            " pip install 'cvdiag[demo]'"
-        ) from None
+    style = Style(use_color(color, stream))
+    _check_dependencies()
+    _fresh_log(log)
+    import httpx
 
-    def say(text: str = "") -> None:
+    def say(text: str = "", *names: str) -> None:  # escaped, then coloured, as commands do
         flush()  # envelopes queued so far come first
-        stream.write(text.rstrip() + "\n")
+        stream.write(style(safe(text.rstrip()), *names) + "\n")
         stream.flush()
 
-    memory = MemorySink()
+    memory, sink = MemorySink(), FileSink(log)
     # Code-given settings are trusted: the debug tier whatever the environment label says.
     configure(
         Settings(enabled=True, tier=Tier.DEBUG, heartbeat_interval=HEARTBEAT_S),
-        sinks=[FileSink(log), memory],
+        sinks=[sink, memory],
     )
     name = log if " " not in log else repr(log)
     verdicts: list[tuple[Scenario, classify.Verdict]] = []
@@ -296,40 +322,41 @@ def run(out: TextIO | None = None, log: str = DEMO_LOG, report: str | None = DEM
             say(f"(its envelopes go to {name}; each is shown below as 'cvdiag tail' shows it)")
             for number, scenario in enumerate(SCENARIOS, 1):
                 say()
-                say(f"=== {number}/{len(SCENARIOS)} {scenario.title}: {scenario.what}")
+                say(f"=== {number}/{len(SCENARIOS)} {scenario.title}: {scenario.what}", "bold")
                 say(f"    test id {scenario.test_id} (sent as the x-test-id header)")
                 scenario.drive(client, base, scenario.test_id)
                 _wait_until_ended(memory, scenario.test_id)
-                found = _records(log, scenario.test_id)
+                found = _records(log, scenario.test_id, sink)
                 for record in found:
-                    say(f"  {safe(render(record.envelope)[0])}")
+                    line, names = render(record.envelope)
+                    say(f"  {line}", *names)
                 say()
-                say(f"$ cvdiag replay {scenario.test_id} {name}")
-                for line in timeline.render(timeline.build(scenario.test_id, found)):
-                    say(f"  {line}")
+                say(f"$ cvdiag replay {scenario.test_id} {name}", "cyan")
+                rows = timeline.render(timeline.build(scenario.test_id, found))
+                for i, row in enumerate(rows):  # styled as ``cvdiag replay`` styles them
+                    say(f"  {row}", *("bold",) if i == 0 else ("red",) if _failed_row(row) else ())
                 verdict = classify.classify(
                     classify.gather(scenario.test_id, found),
                     first_token_timeout=scenario.first_token_timeout,
                 )
                 verdicts.append((scenario, verdict))
-                option = (
-                    f" --first-token-timeout {scenario.first_token_timeout:g}"
-                    if scenario.first_token_timeout != classify.DEFAULT_FIRST_TOKEN_TIMEOUT
-                    else ""
-                )
-                say(f"$ cvdiag classify {scenario.test_id} {name}{option}")
-                say(f"  {verdict.flap_class}: {verdict.reason}")
+                timeout = scenario.first_token_timeout
+                default = timeout == classify.DEFAULT_FIRST_TOKEN_TIMEOUT
+                option = "" if default else f" --first-token-timeout {timeout:g}"
+                say(f"$ cvdiag classify {scenario.test_id} {name}{option}", "cyan")
+                say(f"  {verdict.flap_class}: {verdict.reason}", *class_color(verdict.flap_class))
     finally:
         flush()
         configure(Settings(), sinks=[MemorySink()])
     say()
-    say("=== summary")
+    say("=== summary", "bold")
     width = max(len(s.title) for s, _ in verdicts)
     for scenario, verdict in verdicts:
         mark = (
             "" if verdict.flap_class == scenario.expected else f"  (expected {scenario.expected})"
         )
-        say(f"  {scenario.title:<{width}}  {scenario.test_id:<22}  {verdict.flap_class}{mark}")
+        row = f"  {scenario.title:<{width}}  {scenario.test_id:<22}  {verdict.flap_class}{mark}"
+        say(row, *(class_color(verdict.flap_class) if not mark else ("red", "bold")))
     say()
     where = os.path.abspath(log)
     say(f"Every envelope above is in {name} ({where}). Try:")
@@ -365,7 +392,7 @@ def _report(log: str, path: str) -> str:
 def demo(args: argparse.Namespace) -> int:
     """The ``cvdiag demo`` command: ``run`` with its failures as the command's error lines."""
     try:
-        return run(log=args.log, report=args.report)
+        return run(log=args.log, report=args.report, color=args.color)
     except DemoUnavailable as exc:
         raise Failure(f"demo: {exc}", USAGE) from None
     except DemoFailed as exc:
