@@ -315,6 +315,13 @@ def parsed_lines(
 # --- envelopes ------------------------------------------------------------------------------
 
 
+def _written_as_is(test_id: str) -> bool:
+    """Whether every JSON writer puts ``test_id`` in a line as its own bytes: printable ASCII
+    but the quote and the backslash. Any other character may be written as an escape
+    (``\\u001b``, ``\\"``, ``\\u00e9``), which a search for the id's bytes would never find."""
+    return test_id.isascii() and test_id.isprintable() and not any(c in test_id for c in '"\\/')
+
+
 def _ids(test_id: str | Iterable[str] | None) -> frozenset[str] | None:
     if test_id is None:
         return None
@@ -333,7 +340,8 @@ def records(
     ``needle``, when given, is searched for instead (only lines holding it are read)."""
     ids = _ids(test_id)
     if needle is None:
-        needle = next(iter(ids)).encode() if ids is not None and len(ids) == 1 else MARKER
+        one = next(iter(ids)) if ids is not None and len(ids) == 1 else None
+        needle = one.encode() if one is not None and _written_as_is(one) else MARKER
     name = source.name
     canonical = CANONICAL_TS.fullmatch
     for lineno, text, value in parsed_lines(source, on_malformed, needle=needle):
