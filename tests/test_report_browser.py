@@ -635,13 +635,6 @@ def test_a_hostile_log_runs_nothing_and_shows_its_strings_as_text(
     assert script(chrome, "return typeof window.__pwned") == "undefined"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a page that draws one test id only reads its story with cvdiag.analysis.reading."
-    "records(test_id=<that id>), which searches each line for the id's raw bytes; an id the log"
-    " holds JSON-escaped (a quote, a control character) is never found: its section shows 0"
-    " envelopes and the overview's class turns to unclassified (report/gather.py _stories)",
-)
 def test_a_lone_test_id_that_json_escapes_is_drawn_from_its_envelopes(
     cases: Cases, chrome: Chrome
 ) -> None:
