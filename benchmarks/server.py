@@ -159,7 +159,8 @@ def _parse(out: str) -> dict[str, float]:
 def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) -> dict[str, float]:
     server = Server(variant, folder)
     try:
-        _wrk(server.port, route, 1, args.connections, folder)  # warm up
+        if args.warmup:  # imports, caches and the first requests' allocations
+            _wrk(server.port, route, args.warmup, args.connections, folder)
         before = _cpu_seconds(server.process.pid)
         start = time.perf_counter()
         result = _wrk(server.port, route, args.seconds, args.connections, folder)
@@ -186,6 +187,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=1, help="seconds of load before measuring")
     parser.add_argument("--only", default=",".join(VARIANTS))
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--json", action="store_true")

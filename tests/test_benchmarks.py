@@ -6,6 +6,7 @@ docs/performance.md); what is asserted is that the run completes, every variant 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ AGUI = [
     "cvdiag debug",
     "OTel asgi",
 ]
+SERVER = ["bare", "off", "default", "verbose", "debug", "correlation", "otel"]
 EMIT = [
     "orjson.dumps alone (floor)",
     "an empty call (the timer's own)",
@@ -103,3 +105,21 @@ def test_cli_many_ids_benchmark_runs(tmp_path: Path) -> None:
     for name in ("cvdiag ls --json", "cvdiag stats --by-class", "baseline: python json.loads"):
         assert f"\n{name} " in done.stdout
     assert list(tmp_path.iterdir()) == []  # the log is removed
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="no wrk: apt-get install wrk (.ci/run installs it)"
+)
+def test_server_benchmark_runs() -> None:
+    """``benchmarks/server.py``, the figure of record, at its tiny size: every variant served by
+    a real uvicorn under wrk on the agent route (a POST through wrk's script), each answering
+    2xx (the script stops on anything else) and cvdiag's tiers writing their lines."""
+    result = run(
+        "server.py", "--rounds", "1", "--seconds", "1", "--warmup", "0",
+        "--connections", "4", "--routes", "agent",
+    )  # fmt: skip
+    assert set(result["agent"]) == set(SERVER)
+    for variant, row in result["agent"].items():
+        assert row["cpu_us_per_request"] > 0, variant
+        written = row["lines_per_request"]
+        assert (written > 0) == (variant in ("default", "verbose", "debug")), (variant, written)
