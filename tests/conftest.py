@@ -70,6 +70,7 @@ SLOW = (
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
     "tests/test_otel.py",
+    "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",

@@ -6,6 +6,10 @@ hands every envelope; the bridge is asked only per request, per agent and per LL
 Only opentelemetry-api is imported. With no SDK configured the API hands out non-recording
 spans; the bridge checks for that once per request and then does nothing, and with
 ``CVDIAG_OTEL`` off it is never constructed at all.
+
+The startup line claims span events only when an SDK tracer provider is set; one is often set
+later (the app's lifespan), so the first request checks again and says once whether export
+started or nothing will be exported (docs/opentelemetry.md).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span, S
 from opentelemetry.trace.status import Status, StatusCode
 
 from cvdiag.core import conventions as sc
-from cvdiag.core.guard import record_failure
+from cvdiag.core.guard import record_failure, say
 from cvdiag.otel import genai as otel_genai
 from cvdiag.scrubbing.redact import scrub, scrub_identifier
 
@@ -32,6 +36,12 @@ if TYPE_CHECKING:
 
 _SCOPE: Final = "cvdiag"
 _UNCONFIGURED_METERS: Final = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
+NOT_EXPORTING: Final = (
+    "CVDIAG_OTEL=1 but no OpenTelemetry SDK tracer provider is configured: nothing will be"
+    " exported; see docs/opentelemetry.md"
+)
+LATE: Final = "also writing to opentelemetry span events (a tracer provider was set after start)"
+_first_request_said = False  # once per process, however many emitters are built
 
 
 def _scrubbed(value: str, limit: int = 256) -> str:
@@ -74,6 +84,8 @@ class OtelBridge:
     def __init__(self) -> None:
         from cvdiag.core.version import __version__
 
+        self._check_at_first_request = False  # the startup line did not claim export
+
         self._tracer = trace.get_tracer(_SCOPE, __version__)
         meter = metrics.get_meter(_SCOPE, __version__)
         duration, token_usage = sc.metric_names()
@@ -97,9 +109,22 @@ class OtelBridge:
     def current_trace_id() -> str | None:
         return trace_id_of_current_span()
 
-    @staticmethod
-    def tracing() -> bool:
-        return _tracing_configured()
+    def tracing(self) -> bool:
+        configured = _tracing_configured()
+        if self._check_at_first_request:
+            self._say_at_first_request(configured)
+        return configured
+
+    def exporting_at_start(self) -> bool:
+        """For the startup line; when false, the first request checks again and says."""
+        self._check_at_first_request = not _tracing_configured()
+        return not self._check_at_first_request
+
+    def _say_at_first_request(self, configured: bool) -> None:
+        global _first_request_said
+        self._check_at_first_request, said, _first_request_said = False, _first_request_said, True
+        if not said:
+            say(LATE if configured else NOT_EXPORTING)
 
     # -- spans ------------------------------------------------------------------------------
 

@@ -25,6 +25,11 @@ class Bridge(Protocol):
         """Whether a real tracer provider is installed (else spans cost without a reader)."""
         ...
 
+    def exporting_at_start(self) -> bool:
+        """``tracing()`` for the startup line, which claims export only when it is true; when
+        false, the bridge says at the first request whether export started or nothing will be."""
+        ...
+
     def server_span(self, scope: Mapping[str, Any]) -> AbstractContextManager[tuple[Span, bool]]:
         """The request's server span: an outer instrumentation's, or one of the bridge's own
         (the bool says whether the bridge owns it)."""

@@ -78,7 +78,9 @@ class Emitter(TierGate):
         if self.enabled and self.settings.debug_refused:
             self._say_debug_refused()
         if self.enabled and settings is None:
-            announce_once(self.tier.label, self.sinks)
+            # Span events are named only when an SDK would export them: the API alone drops them.
+            exporting = self.otel is None or self.otel.exporting_at_start()
+            announce_once(self.tier.label, self.sinks if exporting else sinks)
 
     def new_trace_id(self) -> str:
         """A new request's trace id: the current OpenTelemetry trace's (32 hex) when the bridge
