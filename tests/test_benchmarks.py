@@ -123,3 +123,15 @@ def test_server_benchmark_runs() -> None:
         assert row["cpu_us_per_request"] > 0, variant
         written = row["lines_per_request"]
         assert (written > 0) == (variant in ("default", "verbose", "debug")), (variant, written)
+
+
+def test_log_volume_counts_every_tiers_lines() -> None:
+    """``benchmarks/log_volume.py``, whose table docs/production.md quotes: each request writes
+    lines at every tier, a larger tier never fewer, and the SSE stream's debug tier one per event."""
+    result = run("log_volume.py", "--n", "1")
+    assert set(result) == {"json", "sse", "agent"}
+    for name, by_tier in result.items():
+        lines = [by_tier[tier]["lines"] for tier in ("default", "verbose", "debug")]
+        assert 0 < lines[0] <= lines[1] <= lines[2], name
+        assert all(by_tier[tier]["bytes"] > 300 * by_tier[tier]["lines"] for tier in by_tier)
+    assert result["sse"]["debug"]["lines"] == result["sse"]["verbose"]["lines"] + 20
