@@ -72,6 +72,8 @@ SLOW = (
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
+    "tests/test_report_cli.py",
+    "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
     "tests/test_stories.py",
@@ -86,6 +88,7 @@ SLOW = (
     "tests/test_heartbeat.py::test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread",
     "tests/test_middleware_hostile.py::test_raw_requests_over_uvicorn",
     "tests/test_quality.py",  # mypy and ruff over the whole tree
+    "tests/test_report_page.py::test_every_row_and_section_stays_within_its_maximum_at_the_widest",
     "tests/test_scrub_corpus.py::test_converting_a_huge_object_to_text_is_bounded",
     "tests/test_scrub_cut.py::test_an_over_long_test_id_ending_in_a_token_leaks_nothing",
     "tests/test_scrub_cut.py::test_a_long_test_id_still_joins",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -42,8 +44,7 @@ def report(args: argparse.Namespace) -> int:
         raise Failure(f"no CVDIAG envelope in {names(args)}")
     found.sources = [("stdin" if name == STDIN else name) for name in args.files]
     if args.output == "-":
-        write(found, sys.stdout)
-        sys.stdout.flush()
+        _write_stdout(found)
         return OK
     write_page(args.output, found)
     failed = found.test_ids - found.counts.get("healthy", 0)
@@ -59,9 +60,36 @@ def _progress(progress: Progress, done: int, total: int | None) -> None:
     progress.update(done)
 
 
+def _write_stdout(found: Report) -> None:
+    """The page on stdout, in UTF-8 as its ``<meta charset>`` says whatever the locale's
+    encoding; a full disk is the output's failure, not cvdiag's (a closed pipe is not one)."""
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    try:
+        write(found, out)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise Failure(f"cannot write stdout: {exc.strerror or exc}", 2) from None
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            out.detach()
+
+
 def write_page(path: str, found: Report) -> None:
-    """Write next to ``path`` and move it into place: a reader never sees half a page."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Write next to ``path`` and move it into place: a reader never sees half a page.
+
+    A path that is not a regular file (``/dev/stdout``, a pipe, a device) is written into, never
+    replaced; a symbolic link's target is replaced, not the link."""
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except OSError:
+        mode = None  # none yet (or unreachable: the temporary file says why)
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        _write_into(path, found)
+        return
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
     try:
         handle, temporary = tempfile.mkstemp(prefix=".cvdiag-report-", suffix=".html", dir=folder)
     except OSError as exc:
@@ -70,10 +98,18 @@ def write_page(path: str, found: Report) -> None:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             write(found, out)
         os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+
+
+def _write_into(path: str, found: Report) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            write(found, out)
+    except OSError as exc:
         raise Failure(f"cannot write {path}: {exc.strerror or exc}", 2) from None
 
 

@@ -1,40 +1,79 @@
 """One drawn test id's section: the waterfall, the class with its reason and evidence exactly as
-``cvdiag classify`` gives them, then the envelopes (each one's JSON on demand)."""
+``cvdiag classify`` gives them, then the envelopes (each one's JSON on demand).
+
+Its size is bounded whatever the log holds (``SECTION_MAX``): every text from the log is cut
+(``markup``), the evidence and facts shown are counted, the table has at most ``TABLE_ROWS``
+rows (``story``) of at most ``ROW_MAX`` characters, and its JSON, escaped, at most
+``JSON_BUDGET`` characters in all.
+"""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from cvdiag.analysis.describe import describe
-from cvdiag.report import lanes
-from cvdiag.report.markup import attr, text
-from cvdiag.report.story import JSON_BUDGET, JSON_CAP, Row, Story
+from cvdiag.report import lanes, waterfall
+from cvdiag.report.markup import WIDEST, attr, text
+from cvdiag.report.story import HEAD, JSON_BUDGET, JSON_CAP, KEEP, REPEATING, TAIL, Row, Story
 from cvdiag.report.style import badge
-from cvdiag.report.waterfall import draw
+from cvdiag.schema.ids import TEST_ID_MAX
 
 if TYPE_CHECKING:
     from cvdiag.report.gather import Report
+
+#: Characters of a test id (or its label) shown: twice what the middleware writes, so any
+#: test id it wrote shows whole.
+ID_SHOWN: Final = 2 * TEST_ID_MAX
+#: Characters of a class's reason and caveat shown (the classifier's words, quoting the log).
+REASON_SHOWN: Final = 2000
+#: Evidence envelopes and facts listed, and the characters of each of their texts.
+MAX_EVIDENCE: Final = 40
+MAX_FACTS: Final = 40
+FACT_SHOWN: Final = 200
+#: Characters of an envelope's boundary, outcome and key facts in the table.
+BOUNDARY_SHOWN: Final = 80
+OUTCOME_SHOWN: Final = 24
+SUMMARY_SHOWN: Final = 240
+#: The table's rows: the envelopes kept, and of each repeating boundary its head, its tail and
+#: the folded run between them.
+TABLE_ROWS: Final = KEEP + len(REPEATING) * (HEAD + TAIL + 1)
+#: The most one row of the table takes without its JSON (an offset is at most 24 characters:
+#: offsets are differences of clocks, ``duration`` words the rest).
+ROW_MAX: Final = 400 + WIDEST * (BOUNDARY_SHOWN + OUTCOME_SHOWN + SUMMARY_SHOWN)
+HEADER_MAX: Final = 1000 + WIDEST * (3 * ID_SHOWN + 2 * REASON_SHOWN)
+EVIDENCE_MAX: Final = (
+    1000
+    + WIDEST * (ID_SHOWN + 120)
+    + MAX_EVIDENCE * (120 + WIDEST * 3 * FACT_SHOWN)
+    + MAX_FACTS * (40 + WIDEST * 2 * FACT_SHOWN)
+)
+#: The most one section takes, whatever its log holds.
+SECTION_MAX: Final = (
+    HEADER_MAX + waterfall.MAX_SIZE + EVIDENCE_MAX + TABLE_ROWS * ROW_MAX + JSON_BUDGET + 1000
+)
 
 
 def section(index: int, story: Story, report: Report) -> str:
     verdict = story.verdict
     parts = [
         f'<section class="story" id="t{index}"{attr("data-class", verdict.flap_class)}'
-        f"{attr('aria-label', story.test_id)}>",
+        f"{attr('aria-label', story.test_id, ID_SHOWN)}>",
         f'<h2><a class="up" href="#overview" title="back to the list">↑</a>'
-        f' <span class="id">{text(story.test_id)}</span></h2>',
+        f' <span class="id">{text(story.test_id, ID_SHOWN)}</span></h2>',
     ]
     label = report.labels.get(story.test_id)
     if label:
-        parts.append(f'<p class="label">{text(label)}</p>')
-    parts.append(f'<p class="verdict">{badge(verdict.flap_class)} {text(verdict.reason)}</p>')
+        parts.append(f'<p class="label">{text(label, ID_SHOWN)}</p>')
+    reason = text(verdict.reason, REASON_SHOWN)
+    parts.append(f'<p class="verdict">{badge(verdict.flap_class)} {reason}</p>')
     if verdict.caveat:
-        parts.append(f'<p class="caveat">⚠ {text(verdict.caveat)}</p>')
+        parts.append(f'<p class="caveat">⚠ {text(verdict.caveat, REASON_SHOWN)}</p>')
     first_bytes = verdict.log_tier != "default"
-    parts.append(draw(lanes.build(story, first_bytes=first_bytes)))
+    parts.append(waterfall.draw(lanes.build(story, first_bytes=first_bytes)))
     parts.extend(_evidence(verdict.evidence, verdict.log_tier, verdict.unchecked))
     parts.extend(_table(story))
     parts.append("</section>\n")
@@ -47,19 +86,23 @@ def _evidence(evidence: dict[str, Any], tier: str, unchecked: list[str]) -> Iter
     yield "<h3>Why this class</h3>"
     if envelopes:
         yield '<ol class="evidence">'
-        for item in envelopes:
+        for item in envelopes[:MAX_EVIDENCE]:
             yield (
-                f'<li><span class="off">+{item["offset_ms"]:.1f} ms</span>'
-                f" <code>{text(item['boundary'])}</code> {text(item['summary'])}"
-                f" <small>({text(item['source'])})</small></li>"
+                f'<li><span class="off">+{_offset(item["offset_ms"])} ms</span>'
+                f" <code>{text(item['boundary'], FACT_SHOWN)}</code>"
+                f" {text(item['summary'], FACT_SHOWN)}"
+                f" <small>({text(item['source'], FACT_SHOWN)})</small></li>"
             )
         yield "</ol>"
-    yield f'<p class="facts">log tier <b>{text(tier)}</b>'
+        if len(envelopes) > MAX_EVIDENCE:
+            yield f'<p class="note">and {len(envelopes) - MAX_EVIDENCE} more envelope(s)</p>'
+    yield f'<p class="facts">log tier <b>{text(tier, 24)}</b>'
     if unchecked:
-        yield f"; classes this tier cannot show: {text(', '.join(unchecked))}"
+        yield f"; classes this tier cannot show: {text(', '.join(unchecked), ID_SHOWN)}"
     yield '</p><dl class="facts">'
-    for key, value in _flatten(facts):
-        yield f"<div><dt>{text(key)}</dt><dd>{text(_fact(value))}</dd></div>"
+    for key, value in itertools.islice(_flatten(facts), MAX_FACTS):
+        shown = text(_fact(value), FACT_SHOWN)
+        yield f"<div><dt>{text(key, FACT_SHOWN)}</dt><dd>{shown}</dd></div>"
     yield "</dl>"
 
 
@@ -77,8 +120,13 @@ def _fact(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list):
-        return ", ".join(str(item) for item in value) or "none"
+        return ", ".join(str(item) for item in value[:MAX_FACTS]) or "none"
     return str(value)
+
+
+def _offset(value: float) -> str:
+    """An offset in ms: one decimal, as the rest of the page words them."""
+    return f"{value:.1f}" if abs(value) < 1e9 else f"{value:.4g}"
 
 
 def _table(story: Story) -> Iterator[str]:
@@ -105,12 +153,15 @@ def _table(story: Story) -> Iterator[str]:
 
 def _folded(row: Row) -> str:
     return (
-        f'<tr class="folded"><td class="n">+{row.offset_ms:.1f}</td><td colspan="3">…'
-        f" {row.count} more <code>{text(row.folded)}</code> until +{row.until_ms:.1f} ms</td></tr>"
+        f'<tr class="folded"><td class="n">+{_offset(row.offset_ms)}</td><td colspan="3">…'
+        f" {row.count} more <code>{text(row.folded, BOUNDARY_SHOWN)}</code> until"
+        f" +{_offset(row.until_ms)} ms</td></tr>"
     )
 
 
 def _envelope(row: Row, budget: int) -> tuple[str, int]:
+    """An envelope's row, and what is left of the section's JSON budget: its JSON, escaped, is
+    shown when it fits in what is left (counted escaped: a ``"`` is six characters of page)."""
     assert row.record is not None
     env = row.record.envelope
     outcome = str(env.get("outcome"))
@@ -120,15 +171,20 @@ def _envelope(row: Row, budget: int) -> tuple[str, int]:
         shown = raw[:JSON_CAP].decode("utf-8", "replace") + f"\n… cut: {len(raw)} bytes in all"
     else:
         shown = raw.decode("utf-8", "replace")
-    if budget <= 0:
+    escaped = text(shown)
+    if len(escaped) > budget:
         json = "<small>JSON not kept (page budget): cvdiag grep shows it</small>"
     else:
-        budget -= len(shown)
-        json = f"<details><summary>JSON</summary><pre>{text(shown)}</pre></details>"
+        budget -= len(escaped)
+        json = f"<details><summary>JSON</summary><pre>{escaped}</pre></details>"
     css = ' class="bad"' if failed else ""
     html = (
-        f'<tr{css}><td class="n">+{row.offset_ms:.1f}</td>'
-        f"<td><code>{text(env['boundary'])}</code></td><td>{text(outcome)}</td>"
-        f"<td>{text(describe(env))}{json}</td></tr>"
+        f'<tr{css}><td class="n">+{_offset(row.offset_ms)}</td>'
+        f"<td><code>{text(env['boundary'], BOUNDARY_SHOWN)}</code></td>"
+        f"<td>{text(outcome, OUTCOME_SHOWN)}</td>"
+        f"<td>{text(describe(env), SUMMARY_SHOWN)}{json}</td></tr>"
     )
     return html, budget
+
+
+__all__ = ["SECTION_MAX", "section"]

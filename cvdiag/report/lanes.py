@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from cvdiag.analysis.describe import number, text
 from cvdiag.report.story import Row, Story
+from cvdiag.report.style import duration
 
 TERMINALS: Final = ("backend.response.complete", "backend.sse.aborted")
 #: An agent scope's ``terminal_outcome`` as a bar's outcome (its colour; the word is shown too).
@@ -140,25 +141,25 @@ def _inside(row: Row, lanes: dict[str, Lane], loose: list[Mark]) -> None:
             ),
             None,
         )
-        if scope is None:
-            scope = lanes[span] = Lane("agent", span, parent, "agent", _back(row, env))
-        ended = text(meta.get("terminal_outcome") or env["outcome"], 24)
+        if scope is None:  # an exit without its enter (not kept, or never written)
+            scope = _put(lanes, Lane("agent", span, parent, "agent", _back(row, env)))
+        ended = text(meta.get("terminal_outcome") or env["outcome"], 24)  # bounded: a log's
         _end(scope, at, _AGENT_OUTCOMES.get(ended, env["outcome"]), f"{ended} after {_ms(env)}")
     elif boundary == "backend.llm.call.start":
         label = f"LLM {text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
         lanes.setdefault(span, Lane("call", span, parent, label, at))
     elif boundary == "backend.llm.call.response":
         call = owner if owner is not None and owner.kind == "call" else None
-        if call is None:
+        if call is None:  # no start: the call is its parent span, unless that is a lane
             label = f"LLM {text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
-            call = lanes[parent or span] = Lane(
-                "call", parent or span, None, label, _back(row, env)
-            )
+            key = span if owner is not None or not parent else parent
+            under = parent if owner is not None else None
+            call = _put(lanes, Lane("call", key, under, label, _back(row, env)))
         first = number(meta.get("first_token_delta_ms"))
         if first is not None and first >= 0:
             call.first = call.start + first
         error = meta.get("error_class")
-        said = f"{env['outcome']} after {_ms(env)}"
+        said = f"{text(env['outcome'], 24)} after {_ms(env)}"
         _end(call, at, env["outcome"], f"{said} {text(error, 40)}" if error else said)
         kind = "complete" if env["outcome"] == "ok" and not error else "error"
         call.marks.append(Mark(at, kind, f"answered {call.status} at +{at:.1f} ms"))
@@ -177,9 +178,9 @@ def _inside(row: Row, lanes: dict[str, Lane], loose: list[Mark]) -> None:
             )
             request.marks.append(Mark(at, "aborted", f"aborted ({kind}) at +{at:.1f} ms"))
         else:
-            status = f"HTTP {text(meta.get('http_status'), 6)}"
-            _end(request, at, env["outcome"], f"{status} {env['outcome']} after {_ms(env)}")
-            request.marks.append(Mark(at, "complete", f"{status} {env['outcome']} at +{at:.1f} ms"))
+            status = f"HTTP {text(meta.get('http_status'), 6)} {text(env['outcome'], 24)}"
+            _end(request, at, env["outcome"], f"{status} after {_ms(env)}")
+            request.marks.append(Mark(at, "complete", f"{status} at +{at:.1f} ms"))
     elif boundary == "backend.error.caught":
         mark = Mark(at, "error", f"{text(meta.get('exception_type'), 60)} at +{at:.1f} ms")
         target = owner if owner is not None else _covering(lanes, at)
@@ -201,8 +202,18 @@ def _end(lane: Lane, at: float, outcome: str, status: str) -> None:
 
 
 def _ms(env: Mapping[str, Any]) -> str:
-    duration = number(env.get("duration_ms"))
-    return "?" if duration is None else f"{duration:.0f} ms"
+    figure = number(env.get("duration_ms"))
+    return "?" if figure is None else duration(figure)
+
+
+def _put(lanes: dict[str, Lane], lane: Lane) -> Lane:
+    """Add a lane under its span without replacing one there (span ids come from the log: an
+    exit's or a response's may be a request's), under a key of its own if need be."""
+    key = lane.span
+    while key in lanes:
+        key += "'"
+    lanes[key] = lane
+    return lane
 
 
 def _covering(lanes: dict[str, Lane], at: float) -> Lane | None:

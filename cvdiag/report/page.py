@@ -4,6 +4,9 @@ id, each drawn test id's section (``detail``), and the script that filters and n
 The page requests nothing: no other host, no other file. Its policy allows only its own style
 and script, by hash, and nothing else (no image, font, frame, form or connection). Without
 scripts it is all there: the controls the script adds are hidden until it runs.
+
+Its size is bounded whatever the log holds (``bound``): at most ``MAX_ROWS`` rows of at most
+``ROW_MAX`` characters each, and ``SECTION_MAX`` per test id drawn (``detail``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,30 @@ from importlib import resources
 from typing import IO, Any, Final
 
 from cvdiag.core.version import __version__ as VERSION
-from cvdiag.report.detail import section
-from cvdiag.report.gather import Report
-from cvdiag.report.markup import attr, text
+from cvdiag.report.detail import ID_SHOWN, SECTION_MAX, section
+from cvdiag.report.gather import MAX_DETAILS, MAX_ROWS, Report
+from cvdiag.report.markup import WIDEST, attr, text
 from cvdiag.report.style import BADGES, badge, duration
 
 COLUMNS: Final = ("class", "test id", "req", "status", "duration", "LLM calls", "first seen")
+#: Characters of a row's status shown (it quotes the log: ``aborted <termination_kind>``).
+STATUS_SHOWN: Final = 120
+#: The most one row of the overview takes: its test id twice (shown, and for the search) and
+#: its label, status and first ts at their widest, its figures (integers of at most 20 digits).
+ROW_MAX: Final = 800 + WIDEST * (3 * ID_SHOWN + STATUS_SHOWN + 23)
+#: The head, header, notes and footer around the rows and sections, without the assets and the
+#: names of the files read (which come from the command line, not the log).
+FRAME_MAX: Final = 8000
+
+
+def bound(drawn: int = MAX_DETAILS, sources: int = 0) -> int:
+    """The most UTF-8 bytes (so characters) a page can take with ``drawn`` test ids drawn,
+    whatever its log holds; ``sources``: the length of the names of the files read. A value's
+    character takes at most ``WIDEST`` bytes, escaped or not; the constants' slack holds the
+    page's own few non-ASCII marks (``…``, ``↑``, a class's shape)."""
+    assets = len(_asset("report.css")) + len(_asset("report.js"))
+    frame = FRAME_MAX + assets + WIDEST * sources
+    return frame + MAX_ROWS * ROW_MAX + drawn * SECTION_MAX
 
 
 @functools.cache
@@ -126,19 +147,19 @@ def _overview(report: Report) -> Iterator[str]:
 
 def _row(row: dict[str, Any], labels: dict[str, str]) -> str:
     test_id = row["test_id"]
-    name = text(test_id)
+    name = text(test_id, ID_SHOWN)
     detail = row.get("detail")
     if detail is not None:
         name = f'<a href="#t{int(detail)}">{name}</a>'
     label = labels.get(test_id)
     if label:
-        name += f"<br><small>{text(label)}</small>"
+        name += f"<br><small>{text(label, ID_SHOWN)}</small>"
     first_seen = (row["first_seen"] or "")[:23].replace("T", " ")
     calls = row.get("llm_calls", 0)
     return (
-        f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id)}>"
+        f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id, ID_SHOWN)}>"
         f'<td>{badge(row["flap_class"])}</td><td class="id">{name}</td>'
-        f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"])}</td>'
+        f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"], STATUS_SHOWN)}</td>'
         f'<td class="n">{duration(row["duration_ms"])}</td><td class="n">{int(calls)}</td>'
         f'<td class="t">{text(first_seen)}</td></tr>\n'
     )
@@ -153,4 +174,4 @@ def write(report: Report, out: IO[str]) -> int:
     return size
 
 
-__all__ = ["BADGES", "policy", "render", "write"]
+__all__ = ["BADGES", "bound", "policy", "render", "write"]

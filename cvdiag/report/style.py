@@ -4,6 +4,7 @@ own as well as a colour."""
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from cvdiag.report.markup import text
@@ -31,8 +32,10 @@ def badge(name: str) -> str:
 
 def duration(value: float | None) -> str:
     """A duration without false precision: ``34 ms``, ``1.52 s``, ``61.2 s``."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "–"
+    if abs(value) >= 1e9:  # a log's figure past ten days (up to 1.7e308): not 300 digits
+        return f"{value / 1000:.3g} s"
     if abs(value) < 1000:
         return f"{value:.0f} ms" if abs(value) >= 10 else f"{value:.1f} ms"
     if abs(value) < 10_000:

@@ -5,6 +5,11 @@ page's width; the script zooms by narrowing every track's ``viewBox`` at once, s
 marks stay to scale. Marks are lines drawn the same width at any zoom. A bar is hatched while
 it waits (before its first byte or first token) and solid once it streams; its end is the mark
 of its terminal. SSE events are a density strip under their request's bar.
+
+Its size is bounded whatever the log holds: a lane's texts are cut, its heartbeats drawn as one
+path of at most ``MAX_TICKS`` ticks, its marks at most ``MAX_MARKS``, so a lane takes at most
+``LANE_MAX`` characters; lanes are drawn while the waterfall holds under ``BUDGET``, the rest
+counted in a note. A waterfall takes at most ``MAX_SIZE``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 from cvdiag.report.lanes import Lane, Mark, Waterfall
-from cvdiag.report.markup import attr, num, text
+from cvdiag.report.markup import WIDEST, attr, num, text
 from cvdiag.report.style import duration
 
 WIDTH: Final = 1000.0
@@ -22,6 +27,32 @@ BINS: Final = 200
 #: Ruler labels across the track.
 TICKS: Final = 5
 KIND: Final = {"request": "request", "agent": "agent scope", "call": "LLM call"}
+#: Characters of a lane's label, its status and a mark's label shown (lanes.py words them
+#: shorter; these hold whatever it writes).
+LABEL_SHOWN: Final = 160
+MARK_SHOWN: Final = 120
+#: Heartbeat ticks and marks drawn on one lane; moments without a lane listed in the note.
+MAX_TICKS: Final = 2000
+MAX_MARKS: Final = 200
+MAX_LOOSE: Final = 20
+#: A tick in the heartbeats' path: ``M999.9 0v4`` (ticks closer than a tenth of a unit, a
+#: ten-thousandth of the time shown, are one).
+_TICK: Final = 11
+_MARK: Final = 90
+_EVENTS: Final = 110  # a density bin's rect, with its title
+#: The most one lane takes: its name, and its track's title and label, with every text at its
+#: widest (see ``markup``), its bars, heartbeats, events strip and marks.
+LANE_MAX: Final = (
+    800
+    + 3 * WIDEST * 2 * LABEL_SHOWN
+    + MAX_TICKS * _TICK
+    + BINS * _EVENTS
+    + MAX_MARKS * (_MARK + WIDEST * MARK_SHOWN)
+)
+#: Lanes are drawn while the waterfall holds under this many characters.
+BUDGET: Final = 524_288
+#: The most one waterfall takes: its budget, the lane that crossed it, its ruler, notes, legend.
+MAX_SIZE: Final = BUDGET + LANE_MAX + MAX_LOOSE * (2 + WIDEST * MARK_SHOWN) + 4000
 
 
 def draw(waterfall: Waterfall) -> str:
@@ -40,12 +71,21 @@ def draw(waterfall: Waterfall) -> str:
         at = waterfall.origin + span * step / (TICKS - 1)
         parts.append(f"<span>{duration(at)}</span>")
     parts.append("</div></div>")
-    for lane in waterfall.lanes:
+    size = sum(map(len, parts))
+    for drawn, lane in enumerate(waterfall.lanes):
+        if size > BUDGET:
+            left = len(waterfall.lanes) - drawn
+            parts.append(
+                f'<p class="note">{left} more lane(s) not drawn (the page keeps each waterfall'
+                " small): cvdiag replay shows them all.</p>"
+            )
+            break
         parts.append(_lane(lane, waterfall.origin, scale))
+        size += len(parts[-1])
     if waterfall.loose:
         parts.append(
             '<p class="note">Not on any lane: '
-            + "; ".join(text(mark.label) for mark in waterfall.loose[:20])
+            + "; ".join(text(mark.label, MARK_SHOWN) for mark in waterfall.loose[:MAX_LOOSE])
             + "</p>"
         )
     if not waterfall.lanes:
@@ -63,14 +103,15 @@ def _lane(lane: Lane, origin: float, scale: float) -> str:
     start = _x(lane.start, origin, scale)
     end = _x(lane.end if lane.end is not None else lane.start, origin, scale)
     first = _x(lane.first, origin, scale) if lane.first is not None else None
+    name, status = text(lane.label, LABEL_SHOWN), text(lane.status, LABEL_SHOWN)
     label = (
-        f'<span class="name"><i class="k">{KIND[lane.kind]}</i> {text(lane.label)}'
-        f' <small class="o-{lane.outcome}">{text(lane.status)}</small></span>'
+        f'<span class="name"><i class="k">{KIND[lane.kind]}</i> {name}'
+        f' <small class="o-{lane.outcome}">{status}</small></span>'
     )
-    title = f"{KIND[lane.kind]} {lane.label}: {lane.status}"
+    title = f"{KIND[lane.kind]} {name}: {status}"  # escaped already
     svg = [
         f'<svg class="track" viewBox="0 0 {num(WIDTH)} 20" preserveAspectRatio="none"'
-        f' role="img"{attr("aria-label", title)}><title>{text(title)}</title>'
+        f' role="img" aria-label="{title}"><title>{title}</title>'
     ]
     top, height = (2, 12) if lane.events else (3, 14)
     if first is not None:  # waiting until the first byte or token, then streaming
@@ -83,10 +124,9 @@ def _lane(lane: Lane, origin: float, scale: float) -> str:
         svg.append(_rect(f"run o-{lane.outcome}", start, max(end - start, 0.6), top, height))
     if lane.events:
         svg.extend(_density(lane.events, origin, scale))
-    for at in lane.ticks[:2000]:
-        x = num(_x(at, origin, scale))
-        svg.append(f'<line class="tick" x1="{x}" x2="{x}" y1="0" y2="4"/>')
-    for mark in lane.marks[:200]:
+    if lane.ticks:
+        svg.append(_ticks(lane.ticks, origin, scale))
+    for mark in lane.marks[:MAX_MARKS]:
         svg.append(_mark(mark, origin, scale))
     svg.append("</svg>")
     return (
@@ -97,6 +137,20 @@ def _lane(lane: Lane, origin: float, scale: float) -> str:
 
 def _rect(css: str, x: float, width: float, y: int, height: int) -> str:
     return f'<rect class="{css}" x="{num(x)}" y="{y}" width="{num(width)}" height="{height}"/>'
+
+
+def _ticks(ticks: Sequence[float], origin: float, scale: float) -> str:
+    """The heartbeats as one path, a tick where each beat was: those closer than a tenth of a
+    unit drawn as one, and closer still when a call beat more often than ``MAX_TICKS`` places
+    (all of a bar's beats stay on it, to its end: none is dropped from the tail)."""
+    step = 0.1
+    while True:
+        places = sorted({round(_x(at, origin, scale) / step) for at in ticks})
+        if len(places) <= MAX_TICKS:
+            break
+        step *= 10
+    path = "".join(f"M{num(place * step)} 0v4" for place in places)
+    return f'<path class="tick" d="{path}"/>'
 
 
 def _density(events: Sequence[float], origin: float, scale: float) -> Iterator[str]:
@@ -119,7 +173,7 @@ def _mark(mark: Mark, origin: float, scale: float) -> str:
     x = num(_x(mark.at, origin, scale))
     return (
         f'<line class="m m-{mark.kind}" x1="{x}" x2="{x}" y1="0" y2="20">'
-        f"<title>{text(mark.label)}</title></line>"
+        f"<title>{text(mark.label, MARK_SHOWN)}</title></line>"
     )
 
 
@@ -131,8 +185,8 @@ _LEGEND: Final = (
     ' height="10"/></svg> streaming / answered</li>'
     '<li><svg viewBox="0 0 24 10" aria-hidden="true"><rect class="ev e4" width="24"'
     ' height="10"/></svg> SSE events (denser is darker)</li>'
-    '<li><svg viewBox="0 0 24 10" aria-hidden="true"><line class="tick" x1="12" x2="12"'
-    ' y1="0" y2="10"/></svg> heartbeat</li>'
+    '<li><svg viewBox="0 0 24 10" aria-hidden="true"><path class="tick" d="M12 0v10"/>'
+    "</svg> heartbeat</li>"
     '<li><svg viewBox="0 0 24 10" aria-hidden="true"><line class="m m-first-byte" x1="12"'
     ' x2="12" y1="0" y2="10"/></svg> first byte</li>'
     '<li><svg viewBox="0 0 24 10" aria-hidden="true"><line class="m m-complete" x1="12"'
