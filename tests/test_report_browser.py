@@ -778,11 +778,6 @@ def test_keys_move_open_and_zoom(cases: Cases, chrome: Chrome) -> None:
     assert opened == links[abort][0].get_attribute("hash")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report.js choose(): k (or up) on the first row selects nothing (-1), where j on the"
-    " last row keeps the last; Enter then opens nothing",
-)
 def test_k_on_the_first_row_keeps_it_selected(cases: Cases, chrome: Chrome) -> None:
     load(chrome, cases["demo"])
     assert selected(chrome) == 0

@@ -34,7 +34,8 @@
   function choose(index, scroll) {
     var list = visible();
     rows.forEach(function (row) { row.classList.remove("selected"); });
-    selected = Math.max(-1, Math.min(index, list.length - 1));
+    // Up from the first row stays on it, as down from the last stays on the last.
+    selected = list.length ? Math.max(0, Math.min(index, list.length - 1)) : -1;
     if (selected >= 0) {
       list[selected].classList.add("selected");
       if (scroll !== false) list[selected].scrollIntoView({ block: "nearest" });
