@@ -127,7 +127,7 @@ def test_server_benchmark_runs() -> None:
 
 def test_log_volume_counts_every_tiers_lines() -> None:
     """``benchmarks/log_volume.py``, whose table docs/production.md quotes: each request writes
-    lines at every tier, a larger tier never fewer, and the SSE stream's debug tier one per event."""
+    lines at every tier, a larger tier never fewer, and the debug tier one per SSE event."""
     result = run("log_volume.py", "--n", "1")
     assert set(result) == {"json", "sse", "agent"}
     for name, by_tier in result.items():
