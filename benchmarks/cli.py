@@ -1,25 +1,30 @@
-"""Throughput and peak memory of ``cvdiag grep``, ``validate``, ``stats`` and ``ls`` on a large log.
+"""Throughput and peak memory of ``cvdiag grep``, ``validate``, ``stats``, ``ls`` and ``report``
+on a large log.
 
 Run: ``python benchmarks/cli.py [--size-mb 1024] [--dir /tmp] [--repeat 3]``. A mixed log is
 generated first (half the lines CVDIAG envelopes of many requests, half ordinary access-log
-lines), then each command runs as a subprocess beside a baseline measured in the same run:
+lines; one request in ``FAILED_EVERY`` fails, three kinds in turn, one of them 450 heartbeats
+long), then each command runs as a subprocess beside a baseline measured in the same run:
 
 - grep by test id against ``grep -F ID log`` itself (the target: within 1.3x of it), and
   against ``grep -F ID log | python`` (``json.loads`` of each matching line);
 - validate, stats, stats --by-class and ls against a Python loop that ``json.loads`` every
-  envelope line and does nothing else.
+  envelope line and does nothing else;
+- report (its page written to a temporary file, whose size is shown) against ``ls --json``,
+  whose work is its first read, round by round, and against the same loop.
 
 ``--only grep,validate`` runs only the commands named (``grep``, ``validate``, ``stats``,
-``by-class``, ``ls``) with the baselines they are read against; ``--log FILE --test-id ID``
-measures a log kept earlier with ``--keep`` instead of generating one; ``--against REV`` runs
-each cvdiag command a second time with the package as it was at git revision REV (exported to
-a temporary folder), in the same rounds. cvdiag's bytecode is compiled first, as an installed
-package's is (with ``PYTHONDONTWRITEBYTECODE`` set, every run would compile the CLI's modules
-again).
+``by-class``, ``ls``, ``report``) with the baselines they are read against; ``--log FILE
+--test-id ID`` measures a log kept earlier with ``--keep`` instead of generating one;
+``--against REV`` runs each cvdiag command a second time with the package as it was at git
+revision REV (exported to a temporary folder), in the same rounds. cvdiag's bytecode is
+compiled first, as an installed package's is (with ``PYTHONDONTWRITEBYTECODE`` set, every run
+would compile the CLI's modules again).
 
 ``--many-ids N`` measures what grows with the number of test ids instead: a log of N short
-requests (three envelopes each, one test id each, no other lines), read by ``ls --json`` and
-``stats --by-class`` beside the Python baseline (``--against REV`` applies too).
+requests (three envelopes each, one test id each, no other lines; one in
+``MANY_FAILED_EVERY``, at least six, fails), read by ``ls --json``, ``stats --by-class`` and
+``report`` beside the Python baseline (``--against REV`` applies too).
 The commands run in ``--repeat`` interleaved rounds; each figure is the median with the
 range. Peak memory is the child's maximum RSS (``getrusage``), taken in a wrapper process per
 command so each figure is that command's own. The log is read once before the runs, so every command
@@ -36,7 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 import orjson
 
@@ -144,6 +151,125 @@ def _request(n: int) -> list[bytes]:
     return lines
 
 
+#: Every this many requests, one fails instead (the kinds in turn, see ``_failed``): a few
+#: failed test ids for ``report`` to draw (seven in 300 MB), too few to change what the other
+#: commands measure. At an odd remainder, so never the ``req-<n + 100>`` that ``grep`` seeks.
+FAILED_EVERY: Final = 5000
+FAILED_AT: Final = 2537
+#: Heartbeats of the LLM call that never answers, one each 200 ms: a long run to fold.
+STALLED_BEATS: Final = 450
+
+# One envelope of a failed request: boundary, outcome, metadata, milliseconds from its start.
+_Step = tuple[str, str, Mapping[str, object], int]
+
+_LLM = {"provider": "openai", "model": "gpt-x"}
+_ANSWERED = {**_LLM, "response_token_count": 57, "latency_ms": 812, "error_class": None}
+_GONE = {"termination_kind": "rst", "termination_cause": "client_disconnect"}
+
+
+def _failed(kind: int) -> list[_Step]:
+    """A failed request, one of three kinds (``kind`` modulo 3): the client gone mid-stream
+    (client-abort), a caught exception answered 500 (backend-error), an LLM call that never
+    answers, heartbeats until the client leaves after 90 s (slow-first-token)."""
+    head: list[_Step] = [
+        ("backend.request.ingress", "info", {"method": "POST", "path": "/chat"}, 0),
+        ("backend.agent.enter", "info", {"agent_name": "chat-agent", "model_id": "gpt-x"}, 1),
+        ("backend.llm.call.start", "info", {**_LLM, "prompt_token_count_estimate": 412}, 2),
+    ]
+    kind %= 3
+    if kind == 0:
+        events: list[_Step] = [
+            (
+                "backend.sse.event",
+                "info",
+                {"event_type": "TEXT_MESSAGE_CONTENT", "sequence_num": i},
+                831 + i,
+            )
+            for i in range(3)
+        ]
+        return [
+            *head,
+            ("backend.llm.call.response", "ok", _ANSWERED, 814),
+            ("backend.sse.first_byte", "info", {"delta_ms_from_ingress": 830}, 830),
+            *events,
+            ("backend.sse.aborted", "err", {**_GONE, "bytes_before_abort": 180}, 900),
+            ("backend.agent.exit", "err", {"terminal_outcome": "cancelled"}, 901),
+        ]
+    if kind == 1:
+        caught = {"exception_type": "KeyError", "message_scrubbed": "'choices'"}
+        return [
+            *head,
+            ("backend.llm.call.response", "ok", _ANSWERED, 814),
+            ("backend.error.caught", "err", caught, 815),
+            ("backend.agent.exit", "err", {"terminal_outcome": "error"}, 816),
+            (
+                "backend.response.complete",
+                "err",
+                {"http_status": 500, "total_duration_ms": 817},
+                817,
+            ),
+        ]
+    beats: list[_Step] = [
+        ("backend.llm.call.heartbeat", "info", {"elapsed_ms_since_start": 200 * b}, 2 + 200 * b)
+        for b in range(1, STALLED_BEATS + 1)
+    ]
+    return [
+        *head,
+        ("backend.sse.first_byte", "info", {"delta_ms_from_ingress": 3, "keepalive": True}, 3),
+        *beats,
+        (
+            "backend.sse.aborted",
+            "err",
+            {**_GONE, "bytes_before_abort": 0},
+            200 * STALLED_BEATS + 50,
+        ),
+    ]
+
+
+def _failed_lines(n: int, test_id: str, kind: int, *, second: int, access: bool) -> list[bytes]:
+    """Request ``n`` as ``_failed(kind)``'s envelope lines of ``test_id``, from ``second`` of
+    the day, each followed by an access-log line when ``access``."""
+    start_ms = second % 86400 * 1000
+    # A call's heartbeats and response hang under its start's span (the third envelope's).
+    request_span, call_span = f"{n:08x}00000001", f"{n:08x}00000003"
+    lines = []
+    for i, (boundary, outcome, metadata, at) in enumerate(_failed(kind)):
+        under = call_span if boundary.endswith((".heartbeat", ".response")) else request_span
+        ms = start_ms + at
+        ts = f"2026-11-22T{ms // 3_600_000 % 24:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}"
+        envelope = {
+            "schema_version": 1,
+            "test_id": test_id,
+            "trace_id": f"0193f1a2-{n:04x}-7000-8000-000000000000"[:36],
+            "span_id": f"{n:08x}{i + 1:08x}",
+            "parent_span_id": None if i == 0 else under,
+            "layer": "backend",
+            "boundary": boundary,
+            "slug": f"slug-{n % 7}",
+            "demo": "chat",
+            "ts": f"{ts}.{ms % 1000:03d}Z",
+            "mono_ns": 10**15 + n * 10**9 + at * 10**6,
+            "duration_ms": None,
+            "outcome": outcome,
+            "edge_headers": NULL_EDGE_HEADERS,
+            "metadata": metadata,
+        }
+        lines.append(b"CVDIAG " + orjson.dumps(envelope) + b"\n")
+        if access:
+            lines.append(
+                f'INFO:     10.0.{n % 250}.{i % 250}:51234 - "POST /chat HTTP/1.1" 200 OK'
+                f" request_id={n:08x}{i:04x} worker=uvicorn-{n % 8}\n".encode()
+            )
+    return lines
+
+
+def _lines(n: int) -> list[bytes]:
+    """Request ``n`` of the mixed log: healthy, or every ``FAILED_EVERY``-th failed."""
+    if n % FAILED_EVERY == FAILED_AT:
+        return _failed_lines(n, f"req-{n:08d}", n // FAILED_EVERY, second=n, access=True)
+    return _request(n)
+
+
 def generate(path: Path, size: int) -> str:
     """Write about ``size`` bytes; returns a test id from the middle of the log."""
     written = 0
@@ -151,7 +277,7 @@ def generate(path: Path, size: int) -> str:
     target = ""
     with open(path, "wb", buffering=1 << 20) as out:
         while written < size:
-            chunk = b"".join(line for k in range(n, n + 200) for line in _request(k))
+            chunk = b"".join(line for k in range(n, n + 200) for line in _lines(k))
             out.write(chunk)
             written += len(chunk)
             if not target and written >= size // 2:
@@ -193,11 +319,24 @@ def _short_request(n: int) -> bytes:
     return b"".join(lines)
 
 
+#: In the ``--many-ids`` log, one request in this many (and at least six in all) fails instead.
+MANY_FAILED_EVERY: Final = 50_000
+
+
 def generate_many(path: Path, count: int) -> None:
-    """``count`` short requests, each a test id of its own, one after the other."""
+    """``count`` short requests, each a test id of its own, one after the other; a few of them
+    fail (``_failed``, no access-log lines), for ``report`` to draw."""
+    every = max(2, min(MANY_FAILED_EVERY, count // 6))
+
+    def one(n: int) -> bytes:
+        if n % every != every // 2:
+            return _short_request(n)
+        failed = _failed_lines(n, f"id-{n:09d}", n // every, second=n // 100, access=False)
+        return b"".join(failed)
+
     with open(path, "wb", buffering=1 << 20) as out:
         for start in range(0, count, 1000):
-            out.write(b"".join(_short_request(n) for n in range(start, min(count, start + 1000))))
+            out.write(b"".join(one(n) for n in range(start, min(count, start + 1000))))
 
 
 def _export(revision: str, into: Path) -> Path:
@@ -243,9 +382,11 @@ def many_ids(args: argparse.Namespace, workdir: Path) -> None:
         f" in {time.perf_counter() - started:.1f} s"
     )
     cvdiag = [sys.executable, "-m", "cvdiag"]
+    page = workdir / "report.html"
     runs = [
         ("cvdiag ls --json", [*cvdiag, "ls", "--json", str(log)]),
         ("cvdiag stats --by-class", [*cvdiag, "stats", "--by-class", str(log)]),
+        ("cvdiag report", [*cvdiag, "report", "-o", str(page), str(log)]),
     ]
     runs.append(("baseline: python json.loads", [sys.executable, "-c", _BASELINE_STATS, str(log)]))
     log.read_bytes()  # page-cache the log for every command alike
@@ -263,6 +404,30 @@ def many_ids(args: argparse.Namespace, workdir: Path) -> None:
         print(
             f"{name:<44} {_median(seconds):>8.2f} {size_mb / _median(seconds):>6.0f}"
             f" {rates:>16} {peak:>18}"
+        )
+    _page(page)
+    _ratio(figures, "cvdiag report", "cvdiag ls --json", args.against)
+
+
+def _page(page: Path) -> None:
+    """The size of the page ``report`` wrote (each round writes the same page again)."""
+    if page.exists():
+        print(f"\nthe report page: {page.stat().st_size / 1024:.0f} KB")
+
+
+def _ratio(
+    figures: dict[str, list[tuple[float, float]]], mine: str, against: str, revision: str | None
+) -> None:
+    """How many times ``against``'s time ``mine`` took, round by round: median (range); with
+    ``--against REV``, the same at REV."""
+    for tag in ("", *([f" @{revision}"] if revision else [])):
+        if mine + tag not in figures or against + tag not in figures:
+            continue
+        pairs = zip(figures[mine + tag], figures[against + tag], strict=True)
+        ratios = sorted(a / b for (a, _), (b, _) in pairs)
+        print(
+            f"{mine + tag} takes {_median(ratios):.2f}x the time of {against + tag} in the same"
+            f" round ({ratios[0]:.2f}-{ratios[-1]:.2f})"
         )
 
 
@@ -303,13 +468,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument(
-        "--only", default="", help="comma-separated: grep, validate, stats, by-class, ls"
+        "--only", default="", help="comma-separated: grep, validate, stats, by-class, ls, report"
     )
     parser.add_argument("--log", type=Path, help="a log generated before (with --keep)")
     parser.add_argument("--test-id", help="the test id --keep printed for that log")
     parser.add_argument("--against", metavar="REV", help="also run the package as at REV")
     parser.add_argument(
-        "--many-ids", type=int, default=0, metavar="N", help="ls and stats --by-class on N ids"
+        "--many-ids", type=int, default=0, metavar="N", help="ls, stats, report on N ids"
     )
     args = parser.parse_args()
     if (args.log is None) != (args.test_id is None):
@@ -334,7 +499,8 @@ def main() -> None:
         grep = shutil.which("grep") or "grep"
         log.read_bytes()  # page-cache the log for every command alike
         # (name, the --only words that select it, command): a baseline runs with its commands.
-        every = ("validate", "stats", "by-class", "ls")
+        every = ("validate", "stats", "by-class", "ls", "report")
+        page = workdir / "report.html"  # written again by each round's report
         rows: list[tuple[str, tuple[str, ...], list[str]]] = [
             ("cvdiag grep --test-id", ("grep",), [*cvdiag, "grep", "--test-id", test_id, str(log)]),
             ("baseline: grep -F", ("grep",), [grep, "-F", test_id, str(log)]),
@@ -355,7 +521,9 @@ def main() -> None:
             ("cvdiag validate", ("validate",), [*cvdiag, "validate", str(log)]),
             ("cvdiag stats", ("stats",), [*cvdiag, "stats", "--json", str(log)]),
             ("cvdiag stats --by-class", ("by-class",), [*cvdiag, "stats", "--by-class", str(log)]),
-            ("cvdiag ls", ("ls",), [*cvdiag, "ls", "--json", str(log)]),
+            # ``report``'s first read is ``ls``'s: it is read against it.
+            ("cvdiag ls", ("ls", "report"), [*cvdiag, "ls", "--json", str(log)]),
+            ("cvdiag report", ("report",), [*cvdiag, "report", "-o", str(page), str(log)]),
             (
                 "baseline: python json.loads every envelope",
                 every,
@@ -375,6 +543,8 @@ def main() -> None:
             rates = f"{size_mb / _median(seconds):.0f} ({low:.0f}-{high:.0f})"
             peak = max(p for _, p in found)
             print(f"{name:<44} {_median(seconds):>8.2f} {rates:>18} {peak:>8.1f}")
+        _page(page)
+        _ratio(figures, "cvdiag report", "cvdiag ls", args.against)
         if "cvdiag grep --test-id" not in figures:
             return
         ratios = sorted(
