@@ -134,7 +134,9 @@ class Call:
             "span_id": self.span_id,
             "provider": self.provider,
             "model": self.model,
-            "answered": self.response is not None,
+            # A response envelope is written for a cut call too (CancelledError, a timeout,
+            # cvdiag's Shutdown): the provider never answered it, as ``state`` says.
+            "answered": self.response is not None and not self.cut,
             "outcome": self.outcome,
             "error_class": self.error_class,
             "latency_ms": self.latency_ms,

@@ -24,8 +24,9 @@ def status(facts: Facts) -> str:
 
 
 #: The figures of a row after its sort key: requests, envelopes, duration (NaN for none), LLM
-#: calls, and the class, status, slug and log tier as indexes into ``Rows.texts``.
-_FIGURES: Final = struct.Struct(">QQdIIIII")
+#: calls, and the class, status, slug, log tier and caveat ("" for none) as indexes into
+#: ``Rows.texts``.
+_FIGURES: Final = struct.Struct(">QQdIIIIII")
 
 
 class Rows:
@@ -71,6 +72,9 @@ class Rows:
                     self._text(status(facts)),
                     self._text(slug),
                     self._text(verdict.log_tier),
+                    # Kept whole, not as a flag: a caveat's words depend only on the log's tier
+                    # and the classes it could not check, so few distinct texts are interned.
+                    self._text(verdict.caveat or ""),
                 ),
                 bytes((len(ts),)),
             )
@@ -92,8 +96,8 @@ class Rows:
 
     def row(self, test_id: str, row: bytes) -> dict[str, Any]:
         size = row[-1]
-        requests, count, duration, calls, flap_class, said, slug, tier = _FIGURES.unpack_from(
-            row, size + 13
+        requests, count, duration, calls, flap_class, said, slug, tier, caveat = (
+            _FIGURES.unpack_from(row, size + 13)
         )
         return {
             "test_id": test_id,
@@ -106,4 +110,7 @@ class Rows:
             "log_tier": self.texts[tier],
             "envelopes": count,
             "llm_calls": calls,
+            # What ``classify`` says beside the class: earlier classes the log's tier could
+            # not rule out (a default-tier client-abort may be a stalled backend).
+            "caveat": self.texts[caveat] or None,
         }

@@ -61,6 +61,8 @@ class Group:
         self.first_byte = Sample(reservoir, rng)
         self.llm_latency = Sample(reservoir, rng)
         self.duration = Sample(reservoir, rng)
+        #: Of ``duration``'s values, those of aborted requests (the rest are completions').
+        self.aborted_durations = 0
         self.dropped = 0
         self.truncated = 0
         self.metadata_dropped = 0
@@ -73,6 +75,9 @@ class Group:
         elif boundary == COMPLETE:
             self.completions += 1
             self.outcomes[envelope["outcome"]] += 1
+        elif boundary == ABORTED:
+            if number(envelope.get("duration_ms")) is not None:
+                self.aborted_durations += 1
         elif boundary == "backend.llm.call.start":
             self.llm_calls += 1
         elif boundary == "backend.llm.call.heartbeat":
@@ -91,6 +96,7 @@ class Group:
         "llm_calls",
         "llm_responses",
         "heartbeats",
+        "aborted_durations",
         "dropped",
         "truncated",
         "metadata_dropped",
@@ -139,7 +145,10 @@ class Group:
             "errors": dict(self.errors.most_common()),
             "time_to_first_byte_ms": self.first_byte.percentiles(),
             "llm_latency_ms": self.llm_latency.percentiles(),
-            "total_duration_ms": self.duration.percentiles(),
+            "total_duration_ms": {
+                **self.duration.percentiles(),
+                "aborted": self.aborted_durations,
+            },
             "llm_calls": calls,
             "llm_outcomes": dict(sorted(self.llm_outcomes.items())),
             "heartbeats": self.heartbeats,
@@ -186,9 +195,22 @@ def _counted(counter: str, key: str) -> Both:
     return add
 
 
+def _both(*adds: Both) -> Both:
+    def add(overall: Group, group: Group, meta: dict[str, Any], env: dict[str, Any]) -> None:
+        for one in adds:
+            one(overall, group, meta, env)
+
+    return add
+
+
 _BOTH: Final[dict[str, Both]] = {
     COMPLETE: _sampled("duration", "total_duration_ms", else_duration=True),
-    ABORTED: _counted("aborted", "termination_kind"),
+    # An aborted request lasted too, up to the abort (its ``duration_ms``), and aborts are
+    # often the slow ones: left out, the total duration would look better than it was.
+    ABORTED: _both(
+        _counted("aborted", "termination_kind"),
+        _sampled("duration", "total_duration_ms", else_duration=True),
+    ),
     "backend.sse.first_byte": _sampled("first_byte", "delta_ms_from_ingress", else_duration=False),
     "backend.llm.call.response": _sampled("llm_latency", "latency_ms", else_duration=True),
     "backend.error.caught": _counted("errors", "exception_type"),

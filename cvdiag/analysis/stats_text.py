@@ -46,7 +46,7 @@ def _render_group(g: dict[str, Any]) -> list[str]:
         ("errors", _pairs(g["errors"]) or "none"),
         ("first byte", _percentile_text(g["time_to_first_byte_ms"])),
         ("LLM latency", _percentile_text(g["llm_latency_ms"])),
-        ("total duration", _percentile_text(g["total_duration_ms"])),
+        ("total duration", _percentile_text(g["total_duration_ms"], "aborted")),
         (
             "LLM calls",
             f"{g['llm_calls']}   {_pairs(g['llm_outcomes'])}   heartbeats {g['heartbeats']}"
@@ -73,12 +73,15 @@ def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
-def _percentile_text(p: dict[str, Any]) -> str:
+def _percentile_text(p: dict[str, Any], part: str | None = None) -> str:
+    """The percentiles and their count; ``part`` names a count of ``p`` that is part of ``n``
+    (the aborted requests among the total durations), said when there are any."""
     if not p["count"]:
         return "-"
     approx = "" if p["exact"] else "~"
     figures = "  ".join(f"p{q} {approx}{_ms(p[f'p{q}'])}" for q in PERCENTILES)
-    return f"{figures}   (n={p['count']})"
+    some = f", {p[part]} {part}" if part is not None and p.get(part) else ""
+    return f"{figures}   (n={p['count']}{some})"
 
 
 def _ms(value: float) -> str:

@@ -75,6 +75,10 @@ def build(test_id: str, records: Sequence[Record]) -> Timeline:
         return Timeline(test_id, [], [])
     clock = Clock(records[0].key)
     events = [Event(record, clock.offset_ms(record.key)) for record in records]
+    # Offsets are what a reader sees, top to bottom, as time; where the clocks disagree (``ts``
+    # from one host, ``mono_ns`` from another) they can differ from the merge order, so they
+    # decide (stably: equal offsets keep the log's order).
+    events.sort(key=_offset)
     spans: dict[str, Event] = {}
     for event in events:
         spans.setdefault(event.envelope["span_id"], event)
@@ -88,6 +92,10 @@ def build(test_id: str, records: Sequence[Record]) -> Timeline:
     for root in roots:
         _set_depths(root, 0)
     return Timeline(test_id, events, roots)
+
+
+def _offset(event: Event) -> float:
+    return event.offset_ms
 
 
 def _descends(candidate: Event, ancestor: Event, spans: dict[str, Event]) -> bool:
@@ -151,14 +159,14 @@ class _Row:
 
 
 def render(timeline: Timeline) -> list[str]:
-    """The indented tree, one row per envelope (long runs of SSE events folded)."""
+    """One row per envelope in time order (long runs of SSE events folded), indented and drawn
+    by depth in the span tree: a row hangs under the nearest row above it one level less deep,
+    and says which row it hangs under when that is not the one (see ``_rows``)."""
     events = timeline.events
     if not events:
         return []
     origin, scale = _scale(events)
-    rows: list[_Row] = []
-    for root in timeline.roots:
-        _tree_rows(root, "", "", rows, origin, scale)
+    rows = _rows(timeline, origin, scale)
     span = max(_end(e) for e in events) - min(0.0, min(_start(e) for e in events))
     slugs = sorted({e.envelope["slug"] for e in events})
     header = (
@@ -222,46 +230,80 @@ def _row(event: Event, label: str, origin: float, scale: float) -> _Row:
     )
 
 
-def _tree_rows(
-    event: Event, lead: str, branch: str, rows: list[_Row], origin: float, scale: float
-) -> None:
-    rows.append(_row(event, lead + branch, origin, scale))
-    child_lead = lead + ("│  " if branch == "├─ " else "   " if branch else "")
-    children = event.children
-    i = 0
-    while i < len(children):
-        run = _sse_run(children, i)
-        if run > FOLD_EVENTS_OVER:
-            last_index = i + run - 1
-            folded = children[i + 1 : last_index]
-            is_last = last_index == len(children) - 1
-            rows.append(_row(children[i], child_lead + "├─ ", origin, scale))
-            rows.append(_fold_row(folded, child_lead + "├─ "))
-            _tree_rows(
-                children[last_index],
-                child_lead,
-                "└─ " if is_last else "├─ ",
-                rows,
-                origin,
-                scale,
-            )
-            i += run
+def _rows(timeline: Timeline, origin: float, scale: float) -> list[_Row]:
+    """The rows in time order. Users read offsets top to bottom as time, so a span's subtree is
+    not kept together: a streaming call's response comes after the first bytes its tokens made,
+    though it hangs under the agent and they under the request. The drawing is the tree's, by
+    depth: a row's branch is ``├─`` while its parent has a row further down, ``└─`` at its last,
+    and ``│`` continues each ancestor's line while that ancestor has siblings still to come."""
+    parent: dict[int, Event] = {}
+    for event in timeline.events:
+        for child in event.children:
+            parent[id(child)] = event
+    position = {id(event): i for i, event in enumerate(timeline.events)}
+    # The position of each span's last child: its line runs down to there.
+    last_child = {
+        id(event): position[id(event.children[-1])] for event in timeline.events if event.children
+    }
+    folds, hidden = _folds(timeline.events, parent)
+    rows: list[_Row] = []
+    above: dict[int, Event] = {}  # the latest row at each depth: where the eye looks for a parent
+    for i, event in enumerate(timeline.events):
+        if id(event) in hidden:
             continue
-        last = i == len(children) - 1
-        _tree_rows(children[i], child_lead, "└─ " if last else "├─ ", rows, origin, scale)
-        i += 1
+        chain: list[Event] = []  # ancestors, nearest first
+        node = parent.get(id(event))
+        while node is not None:
+            chain.append(node)
+            node = parent.get(id(node))
+        lead = "".join(
+            "│  " if last_child[id(ancestor)] > i else "   " for ancestor in reversed(chain[1:])
+        )
+        folded = folds.get(id(event))
+        if folded is not None:  # the run's first was shown; its last is still to come
+            rows.append(_fold_row(folded, lead + ("├─ " if chain else "")))
+            continue
+        branch = ("├─ " if last_child[id(chain[0])] > i else "└─ ") if chain else ""
+        row = _row(event, lead + branch, origin, scale)
+        if chain and above.get(event.depth - 1) is not chain[0]:
+            # Calls side by side, or a span whose first envelope came later: indentation alone
+            # would hang this row under the wrong one.
+            under = chain[0]
+            row.details += f"  (under {under.envelope['boundary']} at {under.offset_ms:.1f} ms)"
+        above[event.depth] = event
+        rows.append(row)
+    return rows
 
 
-def _sse_run(children: Sequence[Event], start: int) -> int:
-    """How many leaf SSE events stand in a row from ``start``."""
-    end = start
-    while (
-        end < len(children)
-        and children[end].envelope["boundary"] == "backend.sse.event"
-        and not children[end].children
-    ):
-        end += 1
-    return end - start
+def _folds(
+    events: Sequence[Event], parent: dict[int, Event]
+) -> tuple[dict[int, list[Event]], set[int]]:
+    """Runs of more than ``FOLD_EVENTS_OVER`` leaf SSE events of one span with no other row
+    between them: the first and last of each run are shown, the rest folded into one row where
+    the second stood. A row of another span (a heartbeat mid-stream) ends a run, so a folded
+    row's "until" never passes the offset of the row below it. Returns the folded events by
+    that second event's id, and the ids of the events that are not rows."""
+    folds: dict[int, list[Event]] = {}
+    hidden: set[int] = set()
+    i = 0
+    while i < len(events):
+        end = i
+        while (
+            end < len(events)
+            and _sse_leaf(events[end])
+            and parent.get(id(events[end])) is parent.get(id(events[i]))
+        ):
+            end += 1
+        if end - i > FOLD_EVENTS_OVER:
+            folded = list(events[i + 1 : end - 1])
+            folds[id(folded[0])] = folded
+            hidden.update(id(e) for e in folded[1:])
+        i = max(end, i + 1)
+    return folds, hidden
+
+
+def _sse_leaf(event: Event) -> bool:
+    return event.envelope["boundary"] == "backend.sse.event" and not event.children
 
 
 def _fold_row(folded: Sequence[Event], label: str) -> _Row:

@@ -209,7 +209,8 @@ def _fact(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
+        # An empty list printed as nothing read as a missing value (``error_events=``).
+        return ",".join(str(v) for v in value) if value else "none"
     return str(value)
 
 

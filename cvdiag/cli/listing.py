@@ -15,6 +15,15 @@ from cvdiag.cli.opening import again, names, opened
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
 
+#: Beside a class that carries ``classify``'s caveat: the class is what the envelopes support,
+#: but the log's tier could not rule out a class checked before it (a default-tier client-abort
+#: may be a stalled backend). Shown plain, a row would claim more than ``classify`` does.
+CAVEAT_MARK = "*"
+CAVEAT_LEGEND = (
+    f"{CAVEAT_MARK} the log's tier could not rule out an earlier class:"
+    " `cvdiag classify TEST_ID` gives the caveat"
+)
+
 
 def ls(args: argparse.Namespace) -> int:
     malformed = Malformations("ls")
@@ -108,8 +117,12 @@ def _render(out: Output, rows: Callable[[], Iterable[dict[str, Any]]]) -> int:
         return "  ".join(parts).rstrip()
 
     out.human([line(titles)], [("bold",)])
+    caveats = False
     for row in rows():
         out.human([line(_cells(row))], [class_color(row["flap_class"])])
+        caveats = caveats or row["caveat"] is not None
+    if caveats:
+        out.human([CAVEAT_LEGEND], [("yellow",)])
     return count
 
 
@@ -117,7 +130,7 @@ def _cells(row: dict[str, Any]) -> dict[str, str]:
     return {
         "first_seen": (row["first_seen"] or "")[:23],
         "test_id": row["test_id"],
-        "flap_class": row["flap_class"],
+        "flap_class": row["flap_class"] + (CAVEAT_MARK if row["caveat"] is not None else ""),
         "requests": str(row["requests"]),
         "status": row["status"],
         "duration_ms": _duration(row["duration_ms"]),
