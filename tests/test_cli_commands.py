@@ -279,7 +279,7 @@ def test_nothing_to_read_exits_1(tmp_path: Path) -> None:
         (("frobnicate",), ("unknown command", "frobnicate", "grep")),
         ((), ("a command is required",)),
         (("replay",), ("replay", "required")),
-        (("replay", "not an id!", "x.log"), ("not a test id",)),
+        (("replay", "#!?", "x.log"), ("not a test id",)),
         (("classify", "t", "x.log", "--first-token-timeout", "0"), ("positive",)),
         (("grep", "--boundary", "backend.nope"), ("names no boundary",)),
         (("grep", "--since", "yesterday"), ("ISO-8601",)),

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from typing import IO, Final
 
 STDIN: Final = "-"
+#: Bytes of a file's start looked at to tell a log from binary data (``looks_binary``).
+BINARY_SAMPLE: Final = 8192
+#: Control characters a text log never holds: the C0 controls but NUL, backspace, tab, line
+#: feed, vertical tab, form feed, carriage return and ESC (colour codes); and DEL.
+_NOT_TEXT: Final = bytes([*range(1, 8), *range(14, 27), *range(28, 32), 0x7F])
+#: A sample this long is judged on its control characters alone (``looks_binary``).
+_SURE: Final = 512
 
 
 class InputError(Exception):
@@ -61,6 +68,13 @@ class Input:
             self.on_read(self.position)
         return data
 
+    def binary(self) -> bool:
+        """Whether the input's first block (decompressed) is binary data (``looks_binary``)."""
+        try:
+            return looks_binary(_peek(self.stream, BINARY_SAMPLE))
+        except (OSError, EOFError, zlib.error):
+            return False  # a damaged stream: its read says so
+
     def size(self) -> int | None:
         """The file's size in bytes, or None for a pipe."""
         try:
@@ -93,6 +107,19 @@ class Input:
             return stat.S_ISREG(os.fstat(self._raw.fileno()).st_mode)
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             return False
+
+
+def looks_binary(head: bytes) -> bool:
+    """Whether a file's first block is binary data, not a log: NUL bytes aside, more than one
+    byte in 20 is a control character no text holds. Every binary format tried (ELF, PNG, JPEG,
+    PDF, SQLite, bytecode, random bytes) has 9% or more, a log almost none. NUL bytes alone say
+    nothing: a log truncated under a writer that kept its offset (``copytruncate``, a plain
+    ``>`` redirection) starts with a run of them and is still a log. Under ``_SURE`` bytes, a
+    NUL byte must be there too: a short line setting a terminal's title (ESC ] ... BEL) is
+    text."""
+    text = head.replace(b"\0", b"")
+    strange = len(text) - len(text.translate(None, _NOT_TEXT))
+    return strange * 20 > len(text) and (len(head) >= _SURE or len(text) < len(head))
 
 
 def _is_fifo(mode: int) -> bool:

@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 
 from cvdiag.analysis.inputs import InputError
 from cvdiag.cli import output
-from cvdiag.cli.output import Failure, UsageError, error, silence_stdout
+from cvdiag.cli.output import (
+    Failure,
+    OutputError,
+    UsageError,
+    error,
+    flush_stdout,
+    silence_stdout,
+)
 
 # ``typing`` is not imported at run time by the modules the command loads to start, grep or
 # print its version: 5 ms, a twentieth of ``cvdiag grep`` on a page-cached log. Their
@@ -58,18 +65,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     command = ""
     try:
-        if words == ["--version"]:  # what argparse prints, without building every parser
-            from cvdiag.core.version import __version__
+        try:
+            if words == ["--version"]:  # what argparse prints, without building every parser
+                from cvdiag.core.version import __version__
 
-            print(f"cvdiag {__version__}")
-            return output.OK
-        from cvdiag.cli.arguments import parse
+                output.printed(f"cvdiag {__version__}\n")
+                code: int = output.OK
+            else:
+                from cvdiag.cli.arguments import parse
 
-        args = parse(words)
-        command = f"{args.command}: "
-        return _commands()[args.command](args)
-    except SystemExit as exc:  # --help and --version
-        return exc.code if isinstance(exc.code, int) else output.OK
+                args = parse(words)
+                command = f"{args.command}: "
+                code = _commands()[args.command](args)
+        except SystemExit as exc:  # --help and --version
+            code = exc.code if isinstance(exc.code, int) else output.OK
+        flush_stdout()  # a full disk is reported here, not ignored at exit
+        return code
     except UsageError as exc:
         error(str(exc))
         return output.USAGE
@@ -77,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(f"{command}{exc}")
         return output.USAGE
     except Failure as exc:
+        if isinstance(exc, OutputError):
+            silence_stdout()  # what is still buffered would fail again at exit
         message = str(exc)
         error(message if message.startswith(command) else f"{command}{message}")
         return exc.code

@@ -1,21 +1,22 @@
 """The parser: one sub-command per job; every error is one line (exit 2), never a usage dump.
 
-Options may stand anywhere among the arguments (``cvdiag replay ID --json app.log``): each
-command is parsed on its own with ``parse_intermixed_args``, which argparse cannot do through
-sub-parsers. Filters case-fold like the ids they match, and a repeated filter means either.
-What each option's value may be is checked by the types in ``values.py``.
+Options may stand anywhere among the arguments (``cvdiag replay ID --json app.log``), before the
+command too (``cvdiag --json ls app.log``): each command is parsed on its own with
+``parse_intermixed_args``, which argparse cannot do through sub-parsers. Filters case-fold like
+the ids they match, and a repeated filter means either. What each option's value may be is
+checked by the types in ``values.py``; a misspelt command or option gets a "did you mean".
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
-from cvdiag.analysis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.analysis.inputs import STDIN
-from cvdiag.cli.output import UsageError
+from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.cli.output import UsageError, printed
 from cvdiag.cli.style import COLORS
 from cvdiag.cli.values import (
     boundary,
@@ -34,6 +35,8 @@ TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cl
 if TYPE_CHECKING:
     from typing import Final, NoReturn
 
+    from _typeshed import SupportsWrite
+
 EXIT_CODES: Final = (
     "exit codes: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable"
     " input, 3 internal error"
@@ -45,7 +48,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        unknown = [w for w in message.split() if w.startswith("-")]
+        if message.startswith("unrecognized arguments:") and unknown:
+            known = [s for action in self._actions for s in action.option_strings]
+            close = difflib.get_close_matches(unknown[0].split("=", 1)[0], known, n=1)
+            message += f" (did you mean {close[0]}?)" if close else ""
         raise UsageError(f"{command}: {message}" if command else message)
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse ignores a failed write: ``cvdiag --help > /dev/full`` would exit 0.
+        if message and (file is None or file is sys.stdout):
+            printed(message, file, self.prog.partition(" ")[2])
 
 
 # --- shared options -------------------------------------------------------------------------
@@ -86,13 +99,24 @@ def _timeout(parser: argparse.ArgumentParser) -> None:
 
 
 def _test_ids(parser: argparse.ArgumentParser, what: str) -> None:
+    """``what`` ends in the id: "only the envelopes of this test id"."""
     parser.add_argument(
         "--test-id",
         type=test_id,
         action="append",
         dest="test_ids",
         metavar="ID",
-        help=f"{what} of this test id (case-folded); repeat for either",
+        help=f"{what}, normalised as the middleware adopts it; repeat for either",
+    )
+
+
+def _test_id(parser: argparse.ArgumentParser) -> None:
+    # Read as typed, normalised afterwards (``opening.settle_inputs``): the word as typed tells a
+    # test id from a log given in its place (``cvdiag replay app.log t-42``).
+    parser.add_argument(
+        "test_id",
+        metavar="TEST_ID",
+        help="the test id as ls shows it, or as sent in x-test-id (normalised as adopted)",
     )
 
 
@@ -123,7 +147,7 @@ def _grep() -> Parser:
         globs. The output is itself a log every command reads. Exit 1 when nothing matched.""",
         "cvdiag grep --test-id t-42 --boundary 'backend.llm.*' app.log",
     )
-    _test_ids(p, "envelopes")
+    _test_ids(p, "only the envelopes of this test id")
     p.add_argument("--boundary", type=boundary, action="append", metavar="B",
                    help="a boundary name or glob; repeat for either")  # fmt: skip
     p.add_argument("--slug", type=slug, action="append", metavar="S",
@@ -145,7 +169,7 @@ def _replay() -> Parser:
         first token and the key metadata.""",
         "cvdiag replay t-42 app.log\ncvdiag replay t-42 --json app.log.gz",
     )
-    p.add_argument("test_id", type=test_id, metavar="TEST_ID")
+    _test_id(p)
     _json(p, 'JSON: {"test_id", "events"}')
     _files(p)
     return p
@@ -160,7 +184,7 @@ def _classify() -> Parser:
         verdict says so and names the class the log still supports.""",
         "cvdiag classify t-42 app.log --first-token-timeout 10",
     )
-    p.add_argument("test_id", type=test_id, metavar="TEST_ID")
+    _test_id(p)
     _json(p, "JSON: test_id, flap_class, reason, log_tier, unchecked, caveat, evidence")
     _timeout(p)
     _files(p)
@@ -178,9 +202,10 @@ def _ls() -> Parser:
         "cvdiag ls --class stalled-backend --since 2026-11-22T03:00Z app.log",
     )
     p.add_argument("--class", dest="classes", type=flap_class, action="append", metavar="C",
-                   help="test ids of this class; repeat for either")  # fmt: skip
+                   help=f"only the test ids of class C: {', '.join(CLASSES)};"
+                   " repeat for either")  # fmt: skip
     p.add_argument("--failed", action="store_true", help="every test id that is not healthy")
-    _test_ids(p, "only the test ids given")
+    _test_ids(p, "only this test id")
     _window(p)
     _json(p, "a JSON array, one object per test id")
     _timeout(p)
@@ -198,7 +223,7 @@ def _tail() -> Parser:
         stdout is unchanged: pipe it through tail only to read it.""",
         "uvicorn app:app | cvdiag tail\ncvdiag tail --test-id t-42 --tier verbose app.log",
     )
-    _test_ids(p, "envelopes")
+    _test_ids(p, "only the envelopes of this test id")
     p.add_argument("--tier", type=tier, metavar="TIER",
                    help="only boundaries emitted at this tier or below")  # fmt: skip
     p.add_argument("--envelopes-only", action="store_true", help="drop the host's own lines")
@@ -254,7 +279,7 @@ def _report() -> Parser:
     p.add_argument("--all", action="store_true", help="draw healthy test ids too")
     p.add_argument("--max-drawn", type=count, default=50, metavar="N",
                    help="draw at most N test ids (default %(default)s)")  # fmt: skip
-    _test_ids(p, "only the test ids given")
+    _test_ids(p, "report only this test id")
     _timeout(p)
     _files(p)
     return p
@@ -295,12 +320,14 @@ def build() -> Parser:
     lines = [
         f"  {name:<9} {(COMMANDS[name]().description or '').splitlines()[0]}" for name in COMMANDS
     ]
+    lines.append(f"  {'help':<9} This list, or with a COMMAND, its description and example.")
     parser = Parser(
         prog="cvdiag",
         usage="cvdiag [--version] COMMAND [ARGS...]",
         description="Read CVDIAG envelope logs: find, replay, classify, list, follow, count and"
         " validate.\n\ncommands:\n" + "\n".join(lines),
-        epilog="'cvdiag COMMAND --help' describes a command with an example.\n" + EXIT_CODES,
+        epilog="'cvdiag help COMMAND' (or 'cvdiag COMMAND --help') describes a command with an"
+        " example.\n" + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"cvdiag {__version__}")
@@ -308,38 +335,52 @@ def build() -> Parser:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    words = list(argv)
-    color: list[str] = []
-    # ``cvdiag --color never ls``: a colour choice before the command applies to it.
-    while words and (words[0].startswith("--color") or words[0].startswith("--colour")):
-        if "=" in words[0]:
-            color.append(words.pop(0))
-        else:
-            color.extend(words[:2])
-            del words[:2]
-    if not words or words[0].startswith("-"):
-        build().parse_args(words)  # --help, --version or an unknown option: exits or raises
+    """The command's arguments; ``--help``, ``--version`` and ``help`` print and exit 0."""
+    before, name, rest = _split(list(argv))
+    if name is None or "--version" in before:
+        build().parse_known_args(before)  # --help or --version: prints and exits
         raise UsageError(f"a command is required: {', '.join(COMMANDS)}")
-    name, rest = words[0], words[1:]
+    if name == "help":
+        if len(rest) > 1:
+            raise UsageError("help: give one COMMAND at most (cvdiag help ls)")
+        if not rest:
+            build().print_help()
+            raise SystemExit(0)
+        name, before, rest = rest[0], [], ["--help"]
     make = COMMANDS.get(name)
     if make is None:
-        raise UsageError(f"unknown command {name!r} (choose from {', '.join(COMMANDS)})")
-    args = make().parse_intermixed_args(color + rest)
+        close = difflib.get_close_matches(name, [*COMMANDS, "help"], n=1)
+        hint = f": did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"unknown command {name!r}{hint} (commands: {', '.join(COMMANDS)})")
+    # ``cvdiag --json ls app.log``: options before the command are the command's, as after it.
+    args = make().parse_intermixed_args(before + rest)
     args.command = name
-    files = getattr(args, "files", None)
-    if name == "tail":
-        if files is None and _interactive():
-            raise UsageError("tail: no input: give a FILE, or pipe a server into it")
-        args.files = [files or STDIN]
-    elif isinstance(files, list) and not files:
-        if _interactive():
-            raise UsageError(f"{name}: no input: give FILE arguments, or '-' for stdin")
-        args.files = [STDIN]
+    from cvdiag.cli.opening import settle_inputs  # the reader, which --help does without
+
+    settle_inputs(args)
     return args
 
 
-def _interactive() -> bool:
-    try:
-        return sys.stdin is None or sys.stdin.isatty()
-    except (ValueError, OSError):
-        return True
+def _split(words: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """The options before the command, the command (None if there is none), and the rest."""
+    if words and not words[0].startswith("-"):
+        return [], words[0], words[1:]  # the usual case: no parser built to find the command
+    valued = {
+        option
+        for make in COMMANDS.values()
+        for action in make()._actions
+        if action.nargs != 0
+        for option in action.option_strings
+    }
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        word = words[i]
+        if word == "--":
+            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2 :]
+        takes = "=" not in word and (
+            word in valued or (word.startswith("--") and any(v.startswith(word) for v in valued))
+        )
+        i += 2 if takes else 1
+    if i >= len(words):
+        return words, None, []
+    return words[:i], words[i], words[i + 1 :]

@@ -1,18 +1,89 @@
-"""What the reading commands share: the logs opened (with progress on a long read), a second read
-for ``pertest``, the output, and the names of the inputs for an error line."""
+"""What the reading commands share: the inputs settled (stdin by default, each file once, a log
+given in the place of a test id), the logs opened (with progress on a long read, a word on a
+binary file), a second read for ``pertest``, the output, and the names of the inputs for an
+error line."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Iterator
 
 from cvdiag.analysis.reading import STDIN, Input, Inputs, Malformed, Record, records
-from cvdiag.cli.output import Output
+from cvdiag.cli.output import Output, UsageError, say
 from cvdiag.cli.style import Progress
+from cvdiag.cli.values import test_id
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from cvdiag.analysis.pertest import Again
+
+
+def settle_inputs(args: argparse.Namespace) -> None:
+    """``args.files`` as the command reads them, and ``args.test_id`` as envelopes carry it."""
+    name: str = args.command
+    files = getattr(args, "files", None)
+    if name == "tail":
+        if files is None and _interactive():
+            raise UsageError("tail: no input: give a FILE, or pipe a server into it")
+        args.files = [files or STDIN]
+    elif isinstance(files, list) and not files:
+        if _interactive() and os.path.isfile(getattr(args, "test_id", None) or ""):
+            raise UsageError(f"{name}: {args.test_id} is a file, not a test id: give TEST_ID first")
+        if _interactive():
+            raise UsageError(f"{name}: no input: give FILE arguments, or '-' for stdin")
+        args.files = [STDIN]
+    if name in ("replay", "classify"):
+        _settle_test_id(name, args)
+    if len(getattr(args, "files", None) or ()) > 1:
+        args.files = _distinct(name, args.files)
+
+
+def _settle_test_id(name: str, args: argparse.Namespace) -> None:
+    """The TEST_ID normalised as the middleware adopts it; a log given in its place, with the
+    test id among the FILEs, is taken the other way round: a file that exists is never a test
+    id one means, and the word that names no file is most likely the id."""
+    given: str = args.test_id
+    missing = [f for f in args.files if f != STDIN and not os.path.exists(f)]
+    if os.path.isfile(given) and len(missing) == 1:
+        args.files = [given if f == missing[0] else f for f in args.files]
+        say(
+            f"warning: {name}: {given} is a file and {missing[0]} is not: read as"
+            f" 'cvdiag {name} {missing[0]} {' '.join(args.files)}'"
+        )
+        given = missing[0]
+    try:
+        args.test_id = test_id(given)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{name}: argument TEST_ID: {exc}") from None
+
+
+def _distinct(name: str, files: list[str]) -> list[str]:
+    """Each file once, however it is named (a symbolic link, ``./app.log``): read twice, its
+    envelopes would count twice and every story would hold each of them twice."""
+    kept: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
+    for file in files:
+        try:
+            info = os.stat(file) if file != STDIN else None
+        except OSError:
+            info = None  # missing or unreadable: the read says so
+        key = (info.st_dev, info.st_ino) if info is not None else None
+        if key is not None and key in seen:
+            say(f"warning: {name}: {file} is {seen[key]} again: read once")
+            continue
+        if key is not None:
+            seen[key] = file
+        kept.append(file)
+    return kept
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin is None or sys.stdin.isatty()
+    except (ValueError, OSError):
+        return True
 
 
 def output_for(args: argparse.Namespace) -> Output:
@@ -25,6 +96,8 @@ def opened(args: argparse.Namespace, *, numbered: bool = True) -> Inputs:
     inputs = Inputs(args.files)
     for item in inputs.inputs:
         item.numbered = numbered
+        if item.binary():  # /bin/ls, a core file: read all the same (envelopes may be there)
+            say(f"warning: {args.command}: {item.name} is not a text log (binary data)")
     progress = Progress(args.command, None)
     if progress.enabled:
         inputs.watch(lambda done, total: _progress(progress, done, total))

@@ -12,6 +12,8 @@ TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cl
 if TYPE_CHECKING:
     from typing import IO, Final
 
+    from _typeshed import SupportsWrite
+
     from cvdiag.analysis.reading import Malformed
 
 #: The documented exit codes (docs/cli.md).
@@ -35,6 +37,45 @@ class Failure(Exception):
     def __init__(self, message: str, code: int = NOTHING) -> None:
         super().__init__(message)
         self.code = code
+
+
+class OutputError(Failure):
+    """stdout refuses what is written (a full disk, ``> /dev/full``): the output's failure, not
+    cvdiag's, like an unreadable input (exit 2). A closed pipe is not one: it stays a
+    ``BrokenPipeError``, which ends the command quietly."""
+
+    def __init__(self, exc: OSError, command: str = "") -> None:
+        reason = exc.strerror or type(exc).__name__
+        where = f"{command}: " if command else ""
+        super().__init__(f"{where}cannot write output: {reason[:1].lower()}{reason[1:]}", USAGE)
+
+
+def printed(text: str, file: SupportsWrite[str] | None = None, command: str = "") -> None:
+    """``text`` on ``file`` (stdout), flushed: a write that fails is the output's
+    ``OutputError``, which names ``command`` (a help is printed before the command runs)."""
+    stream = file if file is not None else sys.stdout
+    try:
+        stream.write(text)
+        flush = getattr(stream, "flush", None)
+        if flush is not None:
+            flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc, command) from None
+
+
+def flush_stdout() -> None:
+    """Flush ``sys.stdout`` now, so that a failure to write is reported by ``main`` rather than
+    by the interpreter at exit (a traceback-like "Exception ignored" line, and exit 0)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc) from None
+    except (ValueError, AttributeError):
+        pass  # stdout closed or gone: nothing is left to flush
 
 
 def error(message: str) -> None:
@@ -98,10 +139,15 @@ class Output:
         self.style = Style(use_color(color, self.stream))
 
     def write(self, data: bytes) -> None:
-        if self.binary is not None:
-            self.binary.write(data)
-        else:
-            self.stream.write(data.decode("utf-8", "replace"))
+        try:
+            if self.binary is not None:
+                self.binary.write(data)
+            else:
+                self.stream.write(data.decode("utf-8", "replace"))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc) from None
         if self.live:
             self.flush()
 
@@ -120,13 +166,19 @@ class Output:
         self.lines(out)
 
     def flush(self) -> None:
-        if self.binary is not None:
-            self.binary.flush()
-        self.stream.flush()
+        try:
+            if self.binary is not None:
+                self.binary.flush()
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc) from None
 
 
 def silence_stdout() -> None:
-    """After a broken pipe: point stdout at /dev/null so the exit-time flush cannot fail."""
+    """After a broken pipe or a failed write: point stdout at /dev/null so the exit-time flush
+    cannot fail (and report it a second time)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -12,12 +12,14 @@ import gzip
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from typing import IO, Final
 
 import orjson
 
 from cvdiag.analysis.describe import describe
+from cvdiag.analysis.inputs import BINARY_SAMPLE, looks_binary
 from cvdiag.analysis.partial import joined_lines
 from cvdiag.analysis.reading import MAX_LINE, STDIN, InputError, split_envelope
 from cvdiag.analysis.shape import shape_problem
@@ -28,6 +30,8 @@ from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 POLL_SECONDS: Final = 0.2
 #: Bytes read back from a followed file's end to find its last lines.
 _BACK: Final = 1 << 20
+#: The test-id column: a longer id (a minted UUID has 36 characters) is cut in its middle.
+ID_WIDTH: Final = 20
 _SHORT: Final = {
     "backend.request.ingress": "ingress",
     "backend.agent.enter": "agent.enter",
@@ -55,7 +59,8 @@ def render(envelope: dict[str, object]) -> tuple[str, tuple[str, ...]]:
     )
     mark = "!" if loud else " "
     name = _SHORT.get(boundary, boundary)
-    line = f"{clock} {mark} {str(envelope['test_id'])[:36]:<20} {name:<13} {describe(envelope)}"
+    test_id = fitted(str(envelope["test_id"]))
+    line = f"{clock} {mark} {test_id:<{ID_WIDTH}} {name:<13} {describe(envelope)}"
     if outcome not in ("info", "ok"):
         line += f"  [{outcome}]"
     if loud:
@@ -65,6 +70,16 @@ def render(envelope: dict[str, object]) -> tuple[str, tuple[str, ...]]:
     if boundary == "backend.response.complete":
         return line, ("green",)
     return line, ()
+
+
+def fitted(test_id: str, width: int = ID_WIDTH) -> str:
+    """``test_id`` in ``width`` characters: a longer one keeps its start and its end around an
+    ellipsis. Both ends, since harness ids differ at their end (``...-retry-2``) and minted
+    UUIDv7 ids, whose start is the time they were minted, share it within a run."""
+    if len(test_id) <= width:
+        return test_id
+    head = (width - 1) // 2
+    return f"{test_id[:head]}…{test_id[len(test_id) - (width - 1 - head) :]}"
 
 
 class _Filter:
@@ -103,7 +118,10 @@ def tail(args: argparse.Namespace) -> int:
     out = Output(live=True, color=args.color)
     keep = _Filter(args)
     name = args.files[0]
-    lines = _stdin_lines() if name == STDIN else _file_lines(name, args.lines, not args.no_follow)
+    if name == STDIN:
+        lines = _text_only("stdin", _stdin_lines())
+    else:
+        lines = _file_lines(name, args.lines, not args.no_follow)
     for raw in joined_lines(lines, MAX_LINE):  # a CRI line split into parts, shown whole
         _show(out, keep, raw)
     out.flush()
@@ -119,6 +137,22 @@ def _stdin_lines() -> Iterator[bytes]:
         yield line
 
 
+def _text_only(name: str, lines: Iterator[bytes]) -> Iterator[bytes]:
+    """``lines``, or an error if their first block is binary data: shown escaped, a binary file
+    is a screenful of garbage."""
+    seen = b""
+    for line in lines:
+        if len(seen) < BINARY_SAMPLE:
+            seen += line[: BINARY_SAMPLE - len(seen)]
+            _check_text(name, seen)
+        yield line
+
+
+def _check_text(name: str, head: bytes) -> None:
+    if looks_binary(head):
+        raise InputError(f"{name} is not a text log (binary data)")
+
+
 def _open(name: str) -> IO[bytes]:
     if os.path.isdir(name):
         raise InputError(f"cannot read {name}: is a directory")
@@ -132,11 +166,18 @@ def _open(name: str) -> IO[bytes]:
 def _file_lines(name: str, last: int, follow: bool) -> Iterator[bytes]:
     file = _open(name)
     try:
-        if file.read(2) == b"\x1f\x8b":  # gzip: a finished log, read to its end
-            file.seek(0)
-            with gzip.open(file, "rb") as packed:
-                yield from _last(list(packed), last)
+        head = file.read(BINARY_SAMPLE)
+        file.seek(0)
+        if head[:2] == b"\x1f\x8b":  # gzip: a finished log, read to its end
+            try:
+                with gzip.open(file, "rb") as packed:
+                    _check_text(name, packed.peek(BINARY_SAMPLE)[:BINARY_SAMPLE])
+                    lines = list(packed)
+            except (OSError, EOFError, zlib.error) as exc:  # damaged: an input error, as elsewhere
+                raise InputError(f"cannot read {name}: {exc or type(exc).__name__}") from None
+            yield from _last(lines, last)
             return
+        _check_text(name, head)
         yield from _tail_start(file, last)
         partial = b""
         while True:

@@ -100,14 +100,19 @@ def adopt_test_id(raw: str | bytes | None) -> str:
     ``redacted-<digest>`` placeholder, distinct for distinct ids (never one shared "redacted",
     which would join two tests' envelopes). Nothing usable → a fresh UUIDv7.
     """
+    return join_key(raw) or new_uuid7()
+
+
+def join_key(raw: str | bytes | None) -> str | None:
+    """The test id ``adopt_test_id`` makes of ``raw``, or None when it would mint one: the
+    command line normalises an id it is given so, and finds the envelopes of the id sent."""
     long = _over_long(raw)
     if long is not None:
         return long
     text = _text(raw).strip()
     if len(text) == 36 and _UUID7.fullmatch(text):
         return text.lower()
-    key = _NOT_JOIN_KEY.sub("", scrub_identifier(text).lower())[:TEST_ID_MAX]
-    return key or new_uuid7()
+    return _NOT_JOIN_KEY.sub("", scrub_identifier(text).lower())[:TEST_ID_MAX] or None
 
 
 def sanitize_slug(raw: str | bytes | None) -> str | None:
