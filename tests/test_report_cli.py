@@ -162,7 +162,7 @@ def test_a_full_stdout_is_one_line_and_exit_2(log: Path) -> None:
             text=True,
         )
     assert done.returncode == 2
-    _one_error_line(done.stderr, "cvdiag: error: report: cannot write stdout: No space left")
+    _one_error_line(done.stderr, "cvdiag: error: report: cannot write output: no space left")
 
 
 def test_a_symbolic_links_target_is_replaced_not_the_link(log: Path, tmp_path: Path) -> None:

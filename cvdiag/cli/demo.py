@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 from cvdiag.analysis import classify, timeline
 from cvdiag.analysis.reading import Input, Record, records
-from cvdiag.cli.output import NOTHING, USAGE, Failure
+from cvdiag.cli.output import NOTHING, USAGE, Failure, printed
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline.emitter import configure, flush
 from cvdiag.schema.vocabulary import Tier
@@ -305,8 +305,7 @@ def run(
 
     def say(text: str = "", *names: str) -> None:  # escaped, then coloured, as commands do
         flush()  # envelopes queued so far come first
-        stream.write(style(safe(text.rstrip()), *names) + "\n")
-        stream.flush()
+        printed(style(safe(text.rstrip()), *names) + "\n", stream, "demo")  # /dev/full: exit 2
 
     memory, sink = MemorySink(), FileSink(log)
     # Code-given settings are trusted: the debug tier whatever the environment label says.

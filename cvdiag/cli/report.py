@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from cvdiag.analysis.reading import STDIN, Inputs
 from cvdiag.cli.opening import names
-from cvdiag.cli.output import OK, Failure, Malformations, say
+from cvdiag.cli.output import OK, Failure, Malformations, OutputError, say
 from cvdiag.cli.style import Progress
 from cvdiag.report import Report, gather, write
 
@@ -70,7 +70,7 @@ def _write_stdout(found: Report) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise Failure(f"cannot write stdout: {exc.strerror or exc}", 2) from None
+        raise OutputError(exc) from None
     finally:
         with contextlib.suppress(OSError, ValueError):
             out.detach()
