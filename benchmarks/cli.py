@@ -393,7 +393,7 @@ def many_ids(args: argparse.Namespace, workdir: Path) -> None:
     figures = _interleaved(args, workdir, runs)
     print(
         f"\n{args.repeat} interleaved rounds; median (min-max)\n"
-        f"{'command':<44} {'seconds':>8} {'MB/s':>6} {'k ids/s':>16} {'peak MB':>18}"
+        f"{'command':<44} {'seconds':>18} {'MB/s':>6} {'k ids/s':>16} {'peak MB':>18}"
     )
     for name, found in figures.items():
         seconds = sorted(s for s, _ in found)
@@ -401,10 +401,8 @@ def many_ids(args: argparse.Namespace, workdir: Path) -> None:
         ids = args.many_ids / 1000
         rates = f"{ids / _median(seconds):.0f} ({ids / seconds[-1]:.0f}-{ids / seconds[0]:.0f})"
         peak = f"{_median(peaks):.1f} ({peaks[0]:.1f}-{peaks[-1]:.1f})"
-        print(
-            f"{name:<44} {_median(seconds):>8.2f} {size_mb / _median(seconds):>6.0f}"
-            f" {rates:>16} {peak:>18}"
-        )
+        took = f"{_median(seconds):.2f} ({seconds[0]:.2f}-{seconds[-1]:.2f})"
+        print(f"{name:<44} {took:>18} {size_mb / _median(seconds):>6.0f} {rates:>16} {peak:>18}")
     _page(page)
     _ratio(figures, "cvdiag report", "cvdiag ls --json", args.against)
 
@@ -535,14 +533,15 @@ def main() -> None:
         figures = _interleaved(args, workdir, runs)
         print(
             f"\n{args.repeat} interleaved rounds; median (min-max)\n"
-            f"{'command':<44} {'seconds':>8} {'MB/s':>18} {'peak MB':>8}"
+            f"{'command':<44} {'seconds':>18} {'MB/s':>18} {'peak MB':>8}"
         )
         for name, found in figures.items():
             seconds = sorted(s for s, _ in found)
             low, high = size_mb / seconds[-1], size_mb / seconds[0]
             rates = f"{size_mb / _median(seconds):.0f} ({low:.0f}-{high:.0f})"
             peak = max(p for _, p in found)
-            print(f"{name:<44} {_median(seconds):>8.2f} {rates:>18} {peak:>8.1f}")
+            took = f"{_median(seconds):.2f} ({seconds[0]:.2f}-{seconds[-1]:.2f})"
+            print(f"{name:<44} {took:>18} {rates:>18} {peak:>8.1f}")
         _page(page)
         _ratio(figures, "cvdiag report", "cvdiag ls", args.against)
         if "cvdiag grep --test-id" not in figures:
@@ -558,10 +557,18 @@ def main() -> None:
             f" ({ratios[0]:.2f}-{ratios[-1]:.2f}; target <= 1.3)"
         )
     finally:
-        if args.keep or args.log:
-            print(f"log kept at {log}")
+        # Only the log is kept: the report's page and an ``--against`` export go, and with
+        # ``--log`` (a log outside it) the whole folder.
+        if args.keep and not args.log:
+            for item in workdir.iterdir():
+                if item.is_dir():
+                    shutil.rmtree(item, ignore_errors=True)
+                elif item != log:
+                    item.unlink()
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep or args.log:
+            print(f"log kept at {log}")
 
 
 if __name__ == "__main__":
