@@ -146,12 +146,12 @@ def _inside(row: Row, lanes: dict[str, Lane], loose: list[Mark]) -> None:
         ended = text(meta.get("terminal_outcome") or env["outcome"], 24)  # bounded: a log's
         _end(scope, at, _AGENT_OUTCOMES.get(ended, env["outcome"]), f"{ended} after {_ms(env)}")
     elif boundary == "backend.llm.call.start":
-        label = f"LLM {text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
+        label = f"{text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
         lanes.setdefault(span, Lane("call", span, parent, label, at))
     elif boundary == "backend.llm.call.response":
         call = owner if owner is not None and owner.kind == "call" else None
         if call is None:  # no start: the call is its parent span, unless that is a lane
-            label = f"LLM {text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
+            label = f"{text(meta.get('provider'), 24)}/{text(meta.get('model'), 60)}"
             key = span if owner is not None or not parent else parent
             under = parent if owner is not None else None
             call = _put(lanes, Lane("call", key, under, label, _back(row, env)))
