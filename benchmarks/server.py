@@ -73,19 +73,20 @@ def _pin(cpu: int) -> list[str]:
 class Server:
     """One uvicorn worker serving one variant, its stdout a file."""
 
-    def __init__(self, variant: str, folder: Path) -> None:
+    def __init__(self, variant: str, folder: Path, wrapper: list[str] | None = None) -> None:
+        """``wrapper``: a command the server runs under (valgrind), instead of a CPU pin."""
         self.port = _free_port()
         self.log = folder / f"{variant}-{self.port}.log"
         env = {**os.environ, "BENCH_VARIANT": variant, "PYTHONPATH": str(HERE)}
         env = {k: v for k, v in env.items() if not k.startswith("CVDIAG_")}
         command = [
-            *_pin(0), sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
+            *(_pin(0) if wrapper is None else wrapper), sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
             "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
             "--no-access-log", "--log-level", "warning",
         ]  # fmt: skip
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, env=env)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + (20 if wrapper is None else 120)
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
@@ -109,7 +110,7 @@ class Server:
     def stop(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(10)
+            self.process.wait(60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

@@ -135,3 +135,19 @@ def test_log_volume_counts_every_tiers_lines() -> None:
         assert 0 < lines[0] <= lines[1] <= lines[2], name
         assert all(by_tier[tier]["bytes"] > 300 * by_tier[tier]["lines"] for tier in by_tier)
     assert result["sse"]["debug"]["lines"] == result["sse"]["verbose"]["lines"] + 20
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None, reason="no valgrind: apt-get install valgrind"
+)
+def test_server_instructions_benchmark_runs() -> None:
+    """``benchmarks/server_instructions.py`` at its tiny size: the default tier's server and the
+    bare app's, each under callgrind twice; the count of a request is positive and the default
+    tier's costs more than the bare app's (it does more: a context, a wrapped send, a line)."""
+    result = run(
+        "server_instructions.py", "--requests", "12", "--only", "default", "--routes", "json"
+    )
+    rows = result["json"]
+    assert set(rows) == {"bare", "default"}
+    assert rows["bare"]["instructions"] > 0
+    assert rows["default"]["ratio"] > 1.0
