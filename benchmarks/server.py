@@ -80,7 +80,8 @@ class Server:
         env = {**os.environ, "BENCH_VARIANT": variant, "PYTHONPATH": str(HERE)}
         env = {k: v for k, v in env.items() if not k.startswith("CVDIAG_")}
         command = [
-            *(_pin(0) if wrapper is None else wrapper), sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
+            *(_pin(0) if wrapper is None else wrapper),
+            sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
             "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
             "--no-access-log", "--log-level", "warning",
         ]  # fmt: skip
@@ -159,9 +160,10 @@ def _parse(out: str) -> dict[str, float]:
 
 def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) -> dict[str, float]:
     server = Server(variant, folder)
+    warm = 0.0
     try:
         if args.warmup:  # imports, caches and the first requests' allocations
-            _wrk(server.port, route, args.warmup, args.connections, folder)
+            warm = _wrk(server.port, route, args.warmup, args.connections, folder)["requests"]
         before = _cpu_seconds(server.process.pid)
         start = time.perf_counter()
         result = _wrk(server.port, route, args.seconds, args.connections, folder)
@@ -177,6 +179,7 @@ def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) ->
     if variant in ("default", "verbose", "debug") and lines == 0:
         raise SystemExit(f"{variant} /{route}: the server wrote no CVDIAG line")
     result["lines"] = float(lines)
+    result["served"] = warm + result["requests"]  # the log holds the warm-up's lines too
     result["cpu_us_per_request"] = result["cpu_s"] / result["requests"] * 1e6
     result["requests_per_s"] = result["requests"] / result["wall_s"]
     server.log.unlink()
@@ -236,7 +239,7 @@ def _summarize(
                 "requests_per_s": statistics.median(m["requests_per_s"] for m in mine),
                 "p50_ms": statistics.median(m.get("p50_ms", 0.0) for m in mine),
                 "p99_ms": statistics.median(m.get("p99_ms", 0.0) for m in mine),
-                "lines_per_request": statistics.median(m["lines"] / m["requests"] for m in mine),
+                "lines_per_request": statistics.median(m["lines"] / m["served"] for m in mine),
                 "rounds": len(mine),
             }
     return out
