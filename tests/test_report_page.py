@@ -13,7 +13,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import re
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -375,3 +378,20 @@ def test_a_response_under_a_request_is_a_call_beside_it_not_in_its_place(tmp_pat
     )
     section = report(log, tmp_path / "under.html").section_of("under")
     assert sorted(section.lanes) == ["k-call", "k-request"]
+
+
+def test_a_class_classify_gives_with_a_caveat_is_marked_with_that_caveat(tmp_path: Path) -> None:
+    """As ``cvdiag ls`` marks it: at the default tier the classifier cannot rule out an earlier
+    class, and says so; the overview's class carries a mark whose title is that sentence."""
+    log = write(tmp_path / "default.log", _conversation("quiet", 1, 0, tier="default"))
+    page = report(log, tmp_path / "default.html")
+    done = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "classify", "quiet", str(log), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    caveat = json.loads(done.stdout)["caveat"]
+    assert caveat  # the default tier leaves classes unchecked
+    marks = [value for tag, name, value in page.attributes() if tag == "abbr" and name == "title"]
+    assert marks == [caveat]

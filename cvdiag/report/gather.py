@@ -132,6 +132,7 @@ def gather(
             counts[was] -= 1
             counts[story.verdict.flap_class] += 1
             drawn_row["flap_class"] = story.verdict.flap_class
+        drawn_row["caveat"] = story.verdict.caveat  # classify's, as the class is
     total = sum(counts.values())
     failing = total - counts["healthy"]
     return Report(

@@ -28,9 +28,11 @@ from cvdiag.report.style import BADGES, badge, duration
 COLUMNS: Final = ("class", "test id", "req", "status", "duration", "LLM calls", "first seen")
 #: Characters of a row's status shown (it quotes the log: ``aborted <termination_kind>``).
 STATUS_SHOWN: Final = 120
+#: A caveat is the classifier's own sentence (class and tier names): a few hundred characters.
+CAVEAT_SHOWN: Final = 600
 #: The most one row of the overview takes: its test id twice (shown, and for the search) and
 #: its label, status and first ts at their widest, its figures (integers of at most 20 digits).
-ROW_MAX: Final = 800 + WIDEST * (3 * ID_SHOWN + STATUS_SHOWN + 23)
+ROW_MAX: Final = 900 + WIDEST * (3 * ID_SHOWN + STATUS_SHOWN + CAVEAT_SHOWN + 23)
 #: The head, header, notes and footer around the rows and sections, without the assets and the
 #: names of the files read (which come from the command line, not the log).
 FRAME_MAX: Final = 8000
@@ -156,9 +158,13 @@ def _row(row: dict[str, Any], labels: dict[str, str]) -> str:
         name += f"<br><small>{text(label, ID_SHOWN)}</small>"
     first_seen = (row["first_seen"] or "")[:23].replace("T", " ")
     calls = row.get("llm_calls", 0)
+    flap_class = badge(row["flap_class"])
+    caveat = row.get("caveat")
+    if caveat:  # as `cvdiag ls` marks it: the log's tier could not rule out an earlier class
+        flap_class += f'<abbr class="caveat-mark"{attr("title", caveat, CAVEAT_SHOWN)}>*</abbr>'
     return (
         f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id, ID_SHOWN)}>"
-        f'<td>{badge(row["flap_class"])}</td><td class="id">{name}</td>'
+        f'<td>{flap_class}</td><td class="id">{name}</td>'
         f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"], STATUS_SHOWN)}</td>'
         f'<td class="n">{duration(row["duration_ms"])}</td><td class="n">{int(calls)}</td>'
         f'<td class="t">{text(first_seen)}</td></tr>\n'

@@ -22,7 +22,7 @@ from cvdiag import cli
 
 #: The elements and attributes the page's own markup uses: anything else came from a log.
 _TAGS = (
-    "a b body br button code dd defs details div dl dt footer h1 h2 h3 head header html i"
+    "a abbr b body br button code dd defs details div dl dt footer h1 h2 h3 head header html i"
     " input kbd label li line main meta ol option p path pattern pre rect script section"
     " select small span strong style summary svg table tbody td th thead title tr ul"
 )
