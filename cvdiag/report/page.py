@@ -138,7 +138,7 @@ def _overview(report: Report) -> Iterator[str]:
     if report.undrawn:
         notes.append(
             f"{report.undrawn} test id(s) listed but not drawn: a page draws at most"
-            f" {len(report.stories)} (cvdiag replay shows any test id)"
+            f" {len(report.stories)} (--max-drawn draws more; cvdiag replay ID LOG shows one)"
         )
     if not report.rows:
         notes.append("no test id in this log")
