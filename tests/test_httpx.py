@@ -305,7 +305,9 @@ async def test_heartbeats_while_the_provider_thinks_and_none_after(
     provider: FakeProvider,
 ) -> None:
     sink = cvdiag_events("verbose", heartbeat_interval=0.05)
-    provider.first_byte_delay = 0.3
+    # Twenty beats long: a loaded machine can keep the heartbeat thread off the CPU for a few
+    # hundred milliseconds, so a call of a few beats may show fewer.
+    provider.first_byte_delay = 1.0
     with in_request():
         await make_client().stream(f"{base}/v1/messages", {**MESSAGES, "stream": True})
     start = one(sink, "backend.llm.call.start")
