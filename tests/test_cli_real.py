@@ -167,9 +167,9 @@ def _wait_for_terminals(sink: MemorySink, timeout: float = 10.0) -> None:
     raise AssertionError(f"terminal envelopes missing: {wanted}")
 
 
-@pytest.fixture(scope="module")
-def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("real") / "backend.log"
+def write_backend_log(path: Path) -> Path:
+    """``path`` written by the instrumented app behind a real uvicorn server, every scenario
+    driven and ended (the log docs/cli.md describes; the report's tests read it too)."""
     memory = MemorySink()
     configure(Settings(enabled=True, tier=Tier.DEBUG), sinks=[FileSink(path), memory])
     try:
@@ -180,6 +180,11 @@ def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         configure(Settings(), sinks=[MemorySink()])
     return path
+
+
+@pytest.fixture(scope="module")
+def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_backend_log(tmp_path_factory.mktemp("real") / "backend.log")
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:

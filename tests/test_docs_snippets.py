@@ -109,7 +109,7 @@ if sys.version_info >= (3, 11):
 else:  # pytest depends on tomli before 3.11
     import tomli as tomllib
 
-from cvdiag import FileSink, MemorySink, Settings, Tier, configure, flush, get_emitter
+from cvdiag import Tier, get_emitter
 from cvdiag.cli import main as cvdiag_main
 from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
@@ -325,19 +325,9 @@ class Resources:
     def backend_log(self) -> bytes:
         """The log docs/cli.md describes: the scenarios of tests/test_cli_real.py, one request
         per flap class, written by a real instrumented uvicorn server."""
-        from tests.test_cli_real import _drive, _wait_for_terminals, build_app
+        from tests.test_cli_real import write_backend_log
 
-        path = self.tmp / "backend.log"
-        memory = MemorySink()
-        configure(Settings(enabled=True, tier=Tier.DEBUG), sinks=[FileSink(path), memory])
-        try:
-            with serve_uvicorn(build_app()) as base:
-                _drive(base)
-                _wait_for_terminals(memory)
-            flush()
-        finally:
-            configure(Settings(), sinks=[MemorySink()])
-        return path.read_bytes()
+        return write_backend_log(self.tmp / "backend.log").read_bytes()
 
     @functools.cached_property
     def demo_dir(self) -> Path:

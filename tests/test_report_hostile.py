@@ -18,14 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
-from cvdiag import FileSink, MemorySink, Settings, Tier, configure, flush
 from cvdiag.cli.demo import DEMO_FIRST_TOKEN_TIMEOUT, SCENARIOS
 from cvdiag.cli.demo import run as run_demo
 from cvdiag.report import page
 from cvdiag.report.story import HEAD, KEEP, TAIL
 from tests.support.cli import cvdiag
 from tests.support.report import Page, classify, envelope, line, report, write
-from tests.support.servers import serve_uvicorn
 
 Envelopes = list[dict[str, Any]]
 
@@ -305,19 +303,9 @@ def test_the_demos_page_has_the_demos_classes(demo_log: Path, tmp_path: Path) ->
 @pytest.fixture(scope="module")
 def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The log ``test_cli_real``'s app writes behind a real uvicorn server: every scenario."""
-    from tests.test_cli_real import _drive, _wait_for_terminals, build_app
+    from tests.test_cli_real import write_backend_log
 
-    path = tmp_path_factory.mktemp("real") / "backend.log"
-    memory = MemorySink()
-    configure(Settings(enabled=True, tier=Tier.DEBUG), sinks=[FileSink(path), memory])
-    try:
-        with serve_uvicorn(build_app()) as base:
-            _drive(base)
-            _wait_for_terminals(memory)
-        flush()
-    finally:
-        configure(Settings(), sinks=[MemorySink()])
-    return path
+    return write_backend_log(tmp_path_factory.mktemp("real") / "backend.log")
 
 
 def test_a_real_servers_log_gives_classifys_classes(real_log: Path, tmp_path: Path) -> None:

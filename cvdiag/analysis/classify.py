@@ -27,7 +27,7 @@ verdict then carries a ``caveat`` naming them, beside the class the log still su
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from cvdiag.analysis import rules, waiting
@@ -89,6 +89,23 @@ class Verdict:
             "caveat": self.caveat,
             "evidence": self.evidence,
         }
+
+
+def facts_shown(evidence: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """A verdict's evidence facts as ``(dotted.key, text)``, as ``classify`` and the report show
+    them: nested facts flattened, ``-`` for none, an empty list as ``none`` (printed as nothing,
+    ``error_events=`` read as a missing value)."""
+    for key, value in evidence.items():
+        if isinstance(value, Mapping):
+            yield from ((f"{key}.{inner}", shown) for inner, shown in facts_shown(value))
+        elif value is None:
+            yield key, "-"
+        elif isinstance(value, float):
+            yield key, f"{value:g}"
+        elif isinstance(value, list):
+            yield key, ",".join(str(item) for item in value) if value else "none"
+        else:
+            yield key, str(value)
 
 
 def classify(facts: Facts, *, first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT) -> Verdict:

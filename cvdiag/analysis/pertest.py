@@ -17,12 +17,13 @@ aside are read again ``AGAIN_AT_ONCE`` at a time, so their open facts stay bound
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Generic
 
 from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.folded import Folded, T
-from cvdiag.analysis.reading import Record
+from cvdiag.analysis.inputs import Inputs
+from cvdiag.analysis.reading import Malformed, Record, records
 
 #: Test ids whose facts are kept open; a log's concurrent requests are far fewer.
 ACTIVE: Final = 2048
@@ -33,6 +34,26 @@ AGAIN_AT_ONCE: Final = 8192
 Fold = Callable[[int, str, Facts], T]
 #: Reads the inputs again, only the envelopes of the given test ids, in the same order.
 Again = Callable[[frozenset[str]], Iterable[Record]]
+
+
+def reread(files: Sequence[str]) -> Again:
+    """The ``Again`` of ``files`` (each one that can be read twice): only envelopes of a test's
+    story (no accounting), in the first read's order, nothing reported twice (the first read
+    reported every malformed line)."""
+
+    def read(ids: frozenset[str]) -> Iterator[Record]:
+        with Inputs(files) as sources:
+            for source in sources:
+                source.numbered = False
+                for record in records(source, _reported_already, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        yield record
+
+    return read
+
+
+def _reported_already(problem: Malformed) -> None:
+    pass
 
 
 class PerTestId(Generic[T]):

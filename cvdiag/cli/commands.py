@@ -8,7 +8,7 @@ import dataclasses
 import fnmatch
 import heapq
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import orjson
 
@@ -166,6 +166,8 @@ def classify(args: argparse.Namespace) -> int:
 
 
 def render_verdict(verdict: classifying.Verdict) -> list[str]:
+    from cvdiag.analysis.classify import facts_shown  # with the classifier, which is loaded
+
     evidence = dict(verdict.evidence)
     envelopes = evidence.pop("envelopes")
     lines = [
@@ -183,7 +185,7 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
                 f"  {'+' + format(item['offset_ms'], '.1f') + ' ms':>12}  "
                 f"{item['boundary']:<{width}}  {item['summary']}  ({item['source']})"
             )
-    facts = "  ".join(f"{key}={_fact(value)}" for key, value in _flatten(evidence))
+    facts = "  ".join(f"{key}={shown}" for key, shown in facts_shown(evidence))
     lines += textwrap.wrap(
         facts,
         width=100,
@@ -193,25 +195,6 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
         break_on_hyphens=False,
     )
     return lines
-
-
-def _flatten(values: dict[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
-    for key, value in values.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
-def _fact(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list):
-        # An empty list printed as nothing read as a missing value (``error_events=``).
-        return ",".join(str(v) for v in value) if value else "none"
-    return str(value)
 
 
 # --- stats ----------------------------------------------------------------------------------

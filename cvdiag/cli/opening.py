@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
 
-from cvdiag.analysis.reading import STDIN, Input, Inputs, Malformed, Record, records
+from cvdiag.analysis.reading import STDIN, Input, Inputs
 from cvdiag.cli.output import Output, UsageError, say
 from cvdiag.cli.style import Progress
 from cvdiag.cli.values import test_id
@@ -116,20 +115,9 @@ def again(args: argparse.Namespace, inputs: list[Input]) -> Again | None:
     twice. None when an input cannot be read twice."""
     if not all(item.rereadable for item in inputs):
         return None
+    from cvdiag.analysis.pertest import reread  # with ls and stats, which import it anyway
 
-    def read(ids: frozenset[str]) -> Iterator[Record]:
-        with Inputs(args.files) as sources:
-            for source in sources:
-                source.numbered = False
-                for record in records(source, _already_reported, test_id=ids):
-                    if not record.envelope["boundary"].startswith("cvdiag."):
-                        yield record
-
-    return read
-
-
-def _already_reported(problem: Malformed) -> None:
-    pass
+    return reread(args.files)
 
 
 def names(args: argparse.Namespace) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from cvdiag.analysis.classify import facts_shown
 from cvdiag.analysis.describe import describe
 from cvdiag.report import lanes, waterfall
 from cvdiag.report.markup import WIDEST, attr, text
@@ -100,28 +101,9 @@ def _evidence(evidence: dict[str, Any], tier: str, unchecked: list[str]) -> Iter
     if unchecked:
         yield f"; classes this tier cannot show: {text(', '.join(unchecked), ID_SHOWN)}"
     yield '</p><dl class="facts">'
-    for key, value in itertools.islice(_flatten(facts), MAX_FACTS):
-        shown = text(_fact(value), FACT_SHOWN)
-        yield f"<div><dt>{text(key, FACT_SHOWN)}</dt><dd>{shown}</dd></div>"
+    for key, shown in itertools.islice(facts_shown(facts), MAX_FACTS):
+        yield f"<div><dt>{text(key, FACT_SHOWN)}</dt><dd>{text(shown, FACT_SHOWN)}</dd></div>"
     yield "</dl>"
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in values.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
-def _fact(value: object) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list):
-        return ", ".join(str(item) for item in value[:MAX_FACTS]) or "none"
-    return str(value)
 
 
 def _offset(value: float) -> str:

@@ -23,7 +23,7 @@ import orjson
 
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.inputs import Input, Inputs
-from cvdiag.analysis.pertest import PerTestId
+from cvdiag.analysis.pertest import PerTestId, reread
 from cvdiag.analysis.reading import (
     MARKER,
     Malformed,
@@ -96,7 +96,7 @@ def gather(
     if watch is not None:
         watch(sources)
     with sources as inputs:
-        seen = PerTestId(rows.fold, rows.restore, again=_again(files, inputs), warn=warn)
+        seen = PerTestId(rows.fold, rows.restore, again=reread(files), warn=warn)
         for source in inputs:
             for record in records(source, malformed, test_id=only):
                 boundary = record.envelope["boundary"]
@@ -215,22 +215,6 @@ def _drawn(source: Input, ids: frozenset[str]) -> Iterator[Record]:
         key = ts_key(value["ts"])
         if key is not None:
             yield Record(name, lineno, text, value, (key, value["mono_ns"]))
-
-
-def _again(
-    files: Sequence[str], inputs: list[Input]
-) -> Callable[[frozenset[str]], Iterator[Record]]:
-    """``pertest``'s second read of the test ids it folded too early (see ``cli.opening``)."""
-
-    def read(ids: frozenset[str]) -> Iterator[Record]:
-        with Inputs(files) as sources:
-            for source in sources:
-                source.numbered = False
-                for record in records(source, _ignored, test_id=ids):
-                    if not record.envelope["boundary"].startswith("cvdiag."):
-                        yield record
-
-    return read
 
 
 class _Count:
