@@ -142,12 +142,14 @@ def test_log_volume_counts_every_tiers_lines() -> None:
 )
 def test_server_instructions_benchmark_runs() -> None:
     """``benchmarks/server_instructions.py`` at its tiny size: the default tier's server and the
-    bare app's, each under callgrind twice, every request answered 200 (the client stops on
+    bare app's, each under callgrind once (``--once``: the two runs of a measurement cost this
+    test 25 s of CPU, the suite's largest), every request answered 200 (the client stops on
     anything else). No figure is asserted: twelve requests are too few to stand out of the
     server's start-up (CI once counted the default tier at 0.86 of the bare app there)."""
     result = run(
-        "server_instructions.py", "--requests", "12", "--only", "default", "--routes", "json"
-    )
+        "server_instructions.py", "--requests", "12", "--only", "default", "--routes", "json",
+        "--once",
+    )  # fmt: skip
     rows = result["json"]
     assert set(rows) == {"bare", "default"}
     assert all(isinstance(row["instructions"], float) for row in rows.values())
