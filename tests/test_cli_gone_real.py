@@ -9,6 +9,8 @@
 - A plain JSON endpoint likewise reads nothing while it waits, and the server drops its late
   answer silently: the middleware looks once as a late response starts
   (``left_before_response``), without changing what the app receives.
+- A proxy is seen at the default tier, which writes no ingress: the response's ``via`` on a cut
+  stream, and the request's ``via`` and ``cf-ray`` on every terminal (uvicorn and hypercorn).
 """
 
 from __future__ import annotations
@@ -321,3 +323,59 @@ def test_the_probe_hands_an_unread_body_on_to_the_app(
     assert (answer.status_code, answer.text) == (200, "got payload")
     (complete,) = events.of("backend.response.complete")
     assert complete["outcome"] == "ok"
+
+
+#: What a client behind Cloudflare and a caching proxy sends: the proxies add these to the
+#: request, not to the response.
+THROUGH_A_PROXY = {"via": "1.1 varnish (Varnish/7.1)", "cf-ray": "8f00000000000000-LHR"}
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_a_proxy_on_the_request_shows_on_the_terminal_at_the_default_tier(
+    cvdiag_events: CvdiagEvents, tmp_path: Path, server: str
+) -> None:
+    """Issue 25, point 6: the request's edge headers ride on the terminal at the default tier,
+    which writes no ingress: on a complete answer and on a stream the client cut, where
+    ``cvdiag classify`` names the proxy in the path."""
+    events = cvdiag_events("default")
+
+    async def answer(request: Request) -> Response:
+        return Response(b'{"ok": true}', media_type="application/json")
+
+    async def stream(request: Request) -> Response:
+        async def words() -> AsyncIterator[str]:
+            yield "data: one\n\n"
+            await asyncio.sleep(STALL_S)
+            yield "data: two\n\n"
+
+        return StreamingResponse(words(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/j", answer), Route("/s", stream)])
+    app.add_middleware(CvdiagMiddleware)
+    with SERVERS[server](app) as base:
+        with httpx.Client(timeout=httpx.Timeout(10, read=PATIENCE_S)) as client:
+            reply = client.get(f"{base}/j", headers={"x-test-id": "via-ok", **THROUGH_A_PROXY})
+            assert reply.status_code == 200
+            with (
+                pytest.raises(httpx.ReadTimeout),
+                client.stream(
+                    "GET", f"{base}/s", headers={"x-test-id": "via-cut", **THROUGH_A_PROXY}
+                ) as cut,
+            ):
+                for _ in cut.iter_lines():
+                    pass
+        deadline = time.monotonic() + 20  # not a threshold: the server notices the hang-up
+        while not events.of("backend.sse.aborted"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert not events.of("backend.request.ingress")  # the default tier: the terminal alone
+    (complete,) = events.of("backend.response.complete")
+    (aborted,) = events.of("backend.sse.aborted")
+    for terminal in (complete, aborted):
+        assert terminal["edge_headers"]["via"] == THROUGH_A_PROXY["via"]
+        assert terminal["edge_headers"]["cf-ray"] == THROUGH_A_PROXY["cf-ray"]
+    log = tmp_path / "backend.log"
+    log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
+    verdict = _classify(log, "via-cut")
+    assert verdict["flap_class"] == "edge-interference", verdict["reason"]
+    assert "varnish" in verdict["reason"]
