@@ -259,7 +259,7 @@ UNREAD_PIPE_HOST = textwrap.dedent(
 )
 
 
-def test_stdout_is_a_pipe_nobody_reads() -> None:
+def test_stdout_is_a_pipe_nobody_reads(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", UNREAD_PIPE_HOST.format(n=N, keep_serving=KEEP_SERVING)],
         stdout=subprocess.PIPE,
@@ -280,6 +280,14 @@ def test_stdout_is_a_pipe_nobody_reads() -> None:
     assert len(envelopes) - len(reports) + dropped == int(emitted)  # every loss accounted
     for envelope in envelopes:
         assert_valid(envelope)
+    # Whoever reads the log is told (issue 25): the reports of a real full pipe, counted.
+    log = tmp_path / "backend.log"
+    log.write_bytes(out)
+    listed = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "ls", str(log)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert f"the log reports {dropped} envelope(s) dropped (cvdiag.queue_dropped)" in listed.stderr
 
 
 # --- orjson cannot serialize a value -------------------------------------------------------------
