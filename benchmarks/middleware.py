@@ -10,11 +10,11 @@ no network. Variants, interleaved in every round (the order rotates from round t
   (c) default tier, (d) verbose tier, (e) debug tier (each middleware owning its emitter)
   (f) opentelemetry-instrumentation-asgi, its own SDK tracer provider, in-memory exporter
   (g) verbose tier with the OpenTelemetry bridge on, its own SDK provider (see below)
-  (h) the floor: not cvdiag, but the least any middleware doing this job must do per request:
-      wrap ``send`` (its terminal comes after the final body message), set a context variable,
-      mint a UUIDv7 trace id, build one envelope-sized line shaped like cvdiag's
-      ``backend.response.complete`` (about 650 bytes) and write it through its own StdoutSink,
-      the sink cvdiag uses. Its ``send`` wrapper is a coroutine, as cvdiag's was.
+  (h) the floor (benchmarks/floor.py): not cvdiag, but the least any middleware doing this job
+      must do per request: wrap ``send`` (its terminal comes after the final body message), set
+      a context variable, mint a UUIDv7 trace id, build one envelope-sized line shaped like
+      cvdiag's ``backend.response.complete`` (about 650 bytes) and write it through its own
+      StdoutSink, the sink cvdiag uses. Its ``send`` wrapper is a coroutine, as cvdiag's was.
   (i) the same floor with a plain-function ``send`` wrapper: mid-stream messages cost one call
       returning the server's own awaitable, no extra coroutine.
   What (c) costs above (i) is cvdiag's own.
@@ -32,14 +32,11 @@ so the bare app is cheaper and the ratios stricter.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
 from functools import partial
-from random import getrandbits
 from typing import Any
 
-import orjson
+from floor import Floor, PlainFloor
 from harness import (
     App,
     arguments,
@@ -62,9 +59,6 @@ from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, Settings, __version__, configure
 from cvdiag.pipeline.emitter import Emitter
-from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS, clock_now
-from cvdiag.schema.ids import new_uuid7
-from cvdiag.sinks import StdoutSink
 
 EVENTS = 20
 VARIANTS = (
@@ -94,85 +88,6 @@ async def sse(request: Request) -> Response:
             )
 
     return StreamingResponse(events(), media_type="text/event-stream")
-
-
-_FLOOR_CONTEXT: ContextVar[str | None] = ContextVar("floor", default=None)
-
-
-class Floor:
-    """(h): a pure-ASGI middleware reduced to what observing a stream's end requires."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.sink = StdoutSink(queue_size=BIG["queue_size"])
-
-    def complete(self, trace_id: str, started: int) -> None:
-        """One line shaped like cvdiag's ``backend.response.complete`` (same keys and order)."""
-        duration = (time.monotonic_ns() - started) // 1_000_000
-        self.sink.write_line(
-            orjson.dumps(
-                {
-                    "schema_version": 1,
-                    "test_id": "0190d6a0-5c2e-7c3a-9f1e-2b3c4d5e6f70",
-                    "trace_id": trace_id,
-                    "span_id": f"{getrandbits(64):016x}",
-                    "parent_span_id": "ece8f97a83dd335f",
-                    "layer": "backend",
-                    "boundary": "backend.response.complete",
-                    "slug": "unknown",
-                    "demo": "chat",
-                    "ts": clock_now(),
-                    "mono_ns": time.monotonic_ns(),
-                    "duration_ms": duration,
-                    "outcome": "ok",
-                    "edge_headers": NULL_EDGE_HEADERS,
-                    "metadata": {
-                        "http_status": 200,
-                        "content_length": 1490,
-                        "total_duration_ms": duration,
-                        "sse_event_count": EVENTS,
-                    },
-                }
-            )
-        )
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        trace_id = new_uuid7()
-        started = time.monotonic_ns()
-        token = _FLOOR_CONTEXT.set(trace_id)
-
-        async def observed(message: dict[str, Any]) -> None:
-            await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                self.complete(trace_id, started)
-
-        try:
-            await self.app(scope, receive, observed)
-        finally:
-            _FLOOR_CONTEXT.reset(token)
-
-
-class PlainFloor(Floor):
-    """(i): (h) with a ``send`` wrapper that is a plain function for mid-stream messages."""
-
-    async def _last(self, send: Any, message: dict[str, Any], trace_id: str, started: int) -> None:
-        await send(message)
-        self.complete(trace_id, started)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        trace_id = new_uuid7()
-        started = time.monotonic_ns()
-        token = _FLOOR_CONTEXT.set(trace_id)
-
-        def observed(message: dict[str, Any]) -> Awaitable[None]:
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                return self._last(send, message, trace_id, started)
-            return send(message)  # type: ignore[no-any-return]
-
-        try:
-            await self.app(scope, receive, observed)
-        finally:
-            _FLOOR_CONTEXT.reset(token)
 
 
 def starlette_app() -> Starlette:
@@ -246,8 +161,8 @@ async def bench(rounds: int, requests: int, spec: str) -> tuple[str, list[Any], 
         cvdiag_app("debug"),
         OpenTelemetryMiddleware(starlette_app(), tracer_provider=asgi_provider),
         cvdiag_app("verbose", otel=True),
-        wrapped(Floor),
-        wrapped(PlainFloor),
+        wrapped(Floor, events=EVENTS, queue_size=BIG["queue_size"]),
+        wrapped(PlainFloor, events=EVENTS, queue_size=BIG["queue_size"]),
     ]
     variants = dict(zip(VARIANTS, apps, strict=True))
     request_scope = scope(spec)

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("bare", "off", "default", "verbose", "debug", "correlation", "otel")
+VARIANTS = ("bare", "off", "default", "verbose", "debug", "floor", "correlation", "otel")
 ROUTES = ("json", "sse", "agent")
 #: The agent route's body: about 2 KB of JSON, as an AG-UI run's input.
 BODY = orjson.dumps(

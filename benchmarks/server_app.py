@@ -9,7 +9,9 @@ Routes, as a user's backend has them:
   ``EventSourceResponse`` (an AG-UI run's shape), one event-loop iteration each.
 
 Variants: ``bare``; cvdiag ``off`` (the middleware, disabled), ``default``, ``verbose``,
-``debug``; ``correlation`` (asgi-correlation-id: an id and a context variable, no log line);
+``debug``; ``floor`` (``benchmarks/floor.py``: the least a middleware writing the default tier's
+one line per request must do, a lower bound); ``correlation`` (asgi-correlation-id: an id and a
+context variable, no log line);
 ``otel`` (opentelemetry-instrumentation-asgi with the SDK and a batch processor exporting to
 nothing, as a user with a collector elsewhere pays).
 """
@@ -81,6 +83,10 @@ def build() -> Any:
         else:
             configure(Settings(enabled=True, tier=variant, **big))  # type: ignore[arg-type]
         app.add_middleware(CvdiagMiddleware)
+    elif variant == "floor":
+        from floor import PlainFloor
+
+        app.add_middleware(PlainFloor, events=24)
     elif variant == "correlation":
         from asgi_correlation_id import CorrelationIdMiddleware
 
