@@ -12,9 +12,11 @@ reading. Real uvicorn servers, the fake provider, instrumented httpx2 clients.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,9 +28,12 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from cvdiag import CvdiagMiddleware, MemorySink, instrument_httpx
+from cvdiag.otel.genai import AFTER_REQUEST_END
 from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider
+from tests.support.cli import cvdiag
+from tests.support.otel import sdk
 from tests.support.servers import free_port, serve_uvicorn
 from tests.test_middleware_support import wait_for
 
@@ -184,6 +189,37 @@ def test_a_stream_read_on_after_the_client_left_ends_ok_when_read_to_its_end(
     assert_outlived(envelopes, answer)
     assert (answer["outcome"], answer["metadata"]["error_class"]) == ("ok", None)
     assert answer["metadata"]["response_token_count"] == len(provider[0].words)
+
+
+def test_the_model_kept_generating_is_said_by_classify_and_on_the_span(
+    cvdiag_events: CvdiagEvents, provider: tuple[FakeProvider, str], tmp_path: Path
+) -> None:
+    """What the call's response says reaches the reader of the log and of the traces: ``cvdiag
+    classify`` says the model kept generating after the client left, and the LLM call's span
+    carries ``cvdiag.llm.after_request_end_ms`` (the real SDK, its in-memory exporter)."""
+    exporter, _ = sdk()
+    exporter.clear()
+    sink = cvdiag_events("verbose", heartbeat_interval=0.02, otel=True)
+    test_id = new_uuid7()
+    with serve_uvicorn(graph_app(provider[1], sink, then="read", reader="tasks")) as url:
+        leave_after_first_event(url, test_id)
+        envelopes, answer = the_call(sink, test_id)
+    assert_outlived(envelopes, answer)
+    late = answer["metadata"]["after_request_end_ms"]
+    spans = exporter.get_finished_spans()
+    (server,) = [s for s in spans if (s.attributes or {}).get("cvdiag.test_id") == test_id]
+    assert server.context is not None
+    mine = [
+        s for s in spans if s.context is not None and s.context.trace_id == server.context.trace_id
+    ]
+    (llm,) = [s for s in mine if AFTER_REQUEST_END in (s.attributes or {})]
+    assert (llm.attributes or {})[AFTER_REQUEST_END] == late
+    log = tmp_path / "backend.log"
+    log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in sink.lines))
+    result = cvdiag("classify", test_id, str(log), "--json")
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert "the model kept generating" in verdict["reason"], verdict["reason"]
 
 
 def test_a_stream_closed_unread_after_the_request_is_stream_cancelled(
