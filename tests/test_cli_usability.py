@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -257,27 +256,31 @@ def test_tail_reads_a_pipe_to_its_end(log: Path) -> None:
 
 
 def test_tail_follows_a_growing_file(tmp_path: Path) -> None:
+    """No sleep decides the order: tail shows the file's last line once it has reached the end,
+    and only then is the log appended to (a busy machine once started tail after the append,
+    and ``-n 0`` then waited for lines already behind it)."""
     path = tmp_path / "live.log"
-    path.write_text("old line\n")
+    path.write_text("old line\n" + stalled("ready").lines()[-1] + "\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cvdiag", "tail", str(path), "-n", "0", "--color", "never"],
+        [sys.executable, "-m", "cvdiag", "tail", str(path), "-n", "1", "--color", "never"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(0.5)  # not a threshold: gives tail time to reach the end before we append
+        assert proc.stdout is not None
+        shown = proc.stdout.readline().decode()  # tail is at the end of the file
         with path.open("a") as out:
             for line in stalled("grow").lines():
                 out.write(line + "\n")
                 out.flush()
-        assert proc.stdout is not None
         seen = [proc.stdout.readline().decode() for _ in stalled("grow").envelopes]
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    assert "ready" in shown
     assert all("grow" in line for line in seen)
     assert any("ABORTED" in line for line in seen)
-    assert not any("old line" in line for line in seen)
+    assert not any("old line" in line for line in [shown, *seen])
 
 
 def test_a_repeated_test_id_in_records_means_either(log: Path) -> None:
