@@ -10,6 +10,7 @@ import runpy
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -28,13 +29,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 Envelope = Mapping[str, Any]
 
 
-def load(name: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+def load(name: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
     """Import ``examples/<name>/app.py`` afresh (not as ``__main__``: it starts no server), with
-    ``env`` set first, since the examples read their settings at import; returns its ``app``."""
+    ``env`` set first, since the examples read their settings at import; returns its namespace
+    (its ``app`` and the globals its functions read)."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    module = runpy.run_path(str(EXAMPLES / name / "app.py"), run_name=f"example_{name}")
-    return module["app"]
+    return runpy.run_path(str(EXAMPLES / name / "app.py"), run_name=f"example_{name}")
 
 
 def story(events: CvdiagEvents, test_id: str, timeout: float = 10.0) -> list[Envelope]:
@@ -89,7 +90,7 @@ def test_fastapi_openai_streams_and_joins_the_provider(
             monkeypatch,
             OPENAI_BASE_URL=f"{provider_url}/v1",
             OPENAI_API_KEY="sk-test-not-a-key",
-        )
+        )["app"]
         with serve_uvicorn(app) as url:
             reply = httpx.post(
                 f"{url}/chat", json={"message": "hi"}, headers={"x-test-id": test_id}, timeout=10
@@ -149,7 +150,7 @@ def test_fastapi_openai_provider_failure_is_a_backend_error(
             monkeypatch,
             OPENAI_BASE_URL=f"{provider_url}/v1",
             OPENAI_API_KEY="sk-test-not-a-key",
-        )
+        )["app"]
         # The stream had started (200) when the SDK raised: the server cuts it short.
         with serve_uvicorn(app) as url, pytest.raises(httpx.RemoteProtocolError):
             httpx.post(
@@ -177,7 +178,7 @@ def test_fastapi_openai_provider_failure_is_a_backend_error(
 def test_starlette_sse_names_every_event(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = load("starlette_sse", monkeypatch, FAKE_LLM_TOKEN_DELAY="0.005")
+    app = load("starlette_sse", monkeypatch, FAKE_LLM_TOKEN_DELAY="0.005")["app"]
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
         reply = httpx.get(f"{url}/agent", params={"prompt": "hi"}, headers={"x-test-id": test_id})
@@ -202,7 +203,7 @@ def test_starlette_sse_names_every_event(
 def test_starlette_sse_client_abort(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = load("starlette_sse", monkeypatch, FAKE_LLM_TOKEN_DELAY="0.1")
+    app = load("starlette_sse", monkeypatch, FAKE_LLM_TOKEN_DELAY="0.1")["app"]
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
         with httpx.stream(
@@ -234,7 +235,7 @@ def test_starlette_sse_client_abort(
 def test_websocket_chat_two_turns(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = load("websocket_chat", monkeypatch, FAKE_LLM_SECONDS="0.01")
+    app = load("websocket_chat", monkeypatch, FAKE_LLM_SECONDS="0.01")["app"]
     test_id = new_uuid7()
     answers = []
     with serve_uvicorn(app) as url:
@@ -274,11 +275,20 @@ def test_websocket_chat_two_turns(
 def test_sync_worker_keeps_the_request_context(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    # A call twenty beats long: on a loaded machine the one heartbeat thread can be off the CPU
-    # for a few hundred milliseconds (CI once saw a single beat in a 0.3 s call, at 422 ms).
-    app = load("sync_worker", monkeypatch, FAKE_LLM_SECONDS="1.0")
+    module = load("sync_worker", monkeypatch)
     test_id = new_uuid7()
-    with serve_uvicorn(app) as url:
+
+    def think(seconds: float) -> None:
+        """The example's blocking SDK call, blocked until the call has beaten twice. How many
+        beats a fixed wait sees is the machine's load, not cvdiag's doing: CI once saw one beat
+        in a 0.3 s call, and ten runs beside another suite once none in a 1 s call."""
+        deadline = time.monotonic() + 60  # not a threshold: a scheduler that never beats
+        while len(of(cvdiag_events.for_test_id(test_id), "backend.llm.call.heartbeat")) < 2:
+            assert time.monotonic() < deadline, "the blocked call never beat twice"
+            time.sleep(0.01)
+
+    monkeypatch.setitem(module, "time", SimpleNamespace(sleep=think))
+    with serve_uvicorn(module["app"]) as url:
         reply = httpx.get(f"{url}{path}", params={"q": "flaky"}, headers={"x-test-id": test_id})
         envelopes = story(cvdiag_events, test_id)
 
@@ -294,7 +304,7 @@ def test_sync_worker_keeps_the_request_context(
     assert enter["parent_span_id"] == ingress["span_id"]
     assert start["parent_span_id"] == enter["span_id"]
     beats = of(envelopes, "backend.llm.call.heartbeat")
-    assert len(beats) >= 2  # a 1 s blocking call, beating every 0.05 s
+    assert len(beats) >= 2  # while the blocked call waited
     assert {b["parent_span_id"] for b in beats} == {start["span_id"]}
     assert only(envelopes, "backend.llm.call.response")["metadata"]["response_token_count"] == 7
     assert flap_class(envelopes, test_id) == "healthy"
