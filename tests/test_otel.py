@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from cvdiag import (
     CvdiagMiddleware,
+    LLMCall,
     MemorySink,
     Settings,
     agent_scope,
@@ -34,6 +35,7 @@ from cvdiag import (
     instrument_httpx,
     llm_call,
 )
+from cvdiag.pipeline.emitter import get_emitter
 from tests.support.otel import sdk, server_span_name
 from tests.support.servers import free_port, serve_uvicorn
 
@@ -62,11 +64,34 @@ def bridge_on() -> Iterator[MemorySink]:
     configure(Settings(), sinks=[MemorySink()])
 
 
+async def two_beats(call: LLMCall) -> None:
+    """Keep ``call`` outstanding until it has beaten twice into the emitter's memory sink, where
+    the test asked for beats every 0.05 s (a moment otherwise). How many beats a fixed wait sees
+    is the machine's load: a loaded machine keeps the heartbeat thread off the CPU for hundreds
+    of milliseconds."""
+    emitter = get_emitter()
+    sinks = [sink for sink in emitter.sinks if isinstance(sink, MemorySink)]
+    beating = emitter.allows("backend.llm.call.heartbeat")
+    if not sinks or not beating or emitter.settings.heartbeat_interval > 0.05:
+        await asyncio.sleep(0.1)
+        return
+    deadline = time.monotonic() + 60  # not a threshold: a heartbeat thread that never beats
+    while (
+        sum(
+            e["boundary"] == "backend.llm.call.heartbeat" and e["parent_span_id"] == call.span_id
+            for e in list(sinks[0].envelopes)
+        )
+        < 2
+    ):
+        assert time.monotonic() < deadline, "the call never beat twice"
+        await asyncio.sleep(0.01)
+
+
 async def chat(request: Request) -> Response:
     async def body() -> AsyncIterator[bytes]:
         async with agent_scope("planner", model_id="gpt-test"):
             with llm_call("openai", "gpt-test") as call:
-                await asyncio.sleep(0.18)  # long enough for heartbeats at 0.05 s
+                await two_beats(call)  # heartbeats at 0.05 s
                 call.record_response(42)
             yield b'data: {"type": "RUN_STARTED"}\n\n'  # sent while the agent span is active
         for i in range(3):
