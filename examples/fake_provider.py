@@ -35,7 +35,10 @@ body (put it in the user's message: it reaches the provider through any app) or 
     asked for without ``stream`` comes whole.
 
 Knobs (attributes, changeable between requests, for every request): ``first_byte_delay`` and
-``chunk_delay`` (seconds), ``fail_status`` (answer every request with this HTTP error status).
+``chunk_delay`` (seconds), ``fail_status`` (answer every request with this HTTP error status),
+``first_byte_when`` (a function: the answer starts only once it returns true, checked every
+10 ms for at most ``stall_limit`` seconds; a test holds a call open until it has seen what it
+waits for, instead of for a time a busy machine may not honour).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import dataclasses
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -92,6 +95,7 @@ class FakeProvider:
         self.chunk_delay = chunk_delay
         self.fail_status = fail_status
         self.stall_limit = stall_limit
+        self.first_byte_when: Callable[[], bool] | None = None
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
         self.app = Starlette(
@@ -143,6 +147,11 @@ class FakeProvider:
             await self._stall(request, stall)
         if self.first_byte_delay:
             await asyncio.sleep(self.first_byte_delay)
+        when = self.first_byte_when
+        if when is not None:
+            deadline = asyncio.get_running_loop().time() + self.stall_limit
+            while not when() and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
         return dict(body), status, fail_mid
 
     async def _stall(self, request: Request, seconds: float) -> None:

@@ -78,6 +78,7 @@ def provider(provider_server: tuple[FakeProvider, str]) -> Iterator[FakeProvider
     fake.reply = FakeProvider().reply
     fake.first_byte_delay = fake.chunk_delay = 0.0
     fake.fail_status = None
+    fake.first_byte_when = None
 
 
 @pytest.fixture
@@ -305,9 +306,9 @@ async def test_heartbeats_while_the_provider_thinks_and_none_after(
     provider: FakeProvider,
 ) -> None:
     sink = cvdiag_events("verbose", heartbeat_interval=0.05)
-    # Twenty beats long: a loaded machine can keep the heartbeat thread off the CPU for a few
-    # hundred milliseconds, so a call of a few beats may show fewer.
-    provider.first_byte_delay = 1.0
+    # The provider thinks until the call has beaten three times, not for a fixed time: a loaded
+    # machine can keep the heartbeat thread off the CPU for hundreds of milliseconds.
+    provider.first_byte_when = lambda: len(of(sink, "backend.llm.call.heartbeat")) >= 3
     with in_request():
         await make_client().stream(f"{base}/v1/messages", {**MESSAGES, "stream": True})
     start = one(sink, "backend.llm.call.start")
