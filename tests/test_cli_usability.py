@@ -255,6 +255,15 @@ def test_tail_reads_a_pipe_to_its_end(log: Path) -> None:
     )
 
 
+def test_tail_n_0_shows_none_of_what_the_file_already_holds(log: Path) -> None:
+    """``-n 0`` starts at the end: nothing already written is shown (following a file from
+    there is the test below, which starts at its last line so that no sleep decides the order)."""
+    result = cvdiag("tail", "--no-follow", "-n", "0", str(log), "--color", "never")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert cvdiag("tail", "--no-follow", "-n", "1", str(log), "--color", "never").stdout != ""
+
+
 def test_tail_follows_a_growing_file(tmp_path: Path) -> None:
     """No sleep decides the order: tail shows the file's last line once it has reached the end,
     and only then is the log appended to (a busy machine once started tail after the append,
