@@ -15,7 +15,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,17 @@ def graph_app(provider_url: str, sink: MemorySink, *, then: str, reader: str) ->
     return app
 
 
-def leave_after_first_event(url: str, test_id: str) -> None:
+def flowing(sink: MemorySink, test_id: str) -> bool:
+    """Whether a heartbeat of the request's call says its first token came."""
+    return any(
+        e["boundary"] == "backend.llm.call.heartbeat" and "first_token_delta_ms" in e["metadata"]
+        for e in story(sink, test_id)
+    )
+
+
+def leave_after_first_event(
+    url: str, test_id: str, until: Callable[[], bool] = lambda: True
+) -> None:
     with (
         httpx.Client(base_url=url, timeout=10) as client,
         client.stream(
@@ -155,6 +165,7 @@ def leave_after_first_event(url: str, test_id: str) -> None:
     ):
         for line in response.iter_lines():
             if line.startswith("data:"):
+                wait_for(until)
                 return  # hang up mid-stream
 
 
@@ -202,7 +213,11 @@ def test_the_model_kept_generating_is_said_by_classify_and_on_the_span(
     sink = cvdiag_events("verbose", heartbeat_interval=0.02, otel=True)
     test_id = new_uuid7()
     with serve_uvicorn(graph_app(provider[1], sink, then="read", reader="tasks")) as url:
-        leave_after_first_event(url, test_id)
+        # The client leaves once the log shows the model's tokens flowing (a heartbeat with
+        # the first token), as a user leaves a stream already under way. Left at once, the
+        # first heartbeat may come after the hang-up, and the verdict is then a wait, not a
+        # call that went on: the order would be the machine's, not the story's.
+        leave_after_first_event(url, test_id, until=lambda: flowing(sink, test_id))
         envelopes, answer = the_call(sink, test_id)
     assert_outlived(envelopes, answer)
     late = answer["metadata"]["after_request_end_ms"]
