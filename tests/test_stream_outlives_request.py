@@ -47,7 +47,7 @@ CHAT: dict[str, Any] = {
 }
 
 
-def story(sink: MemorySink, test_id: str) -> list[Envelope]:
+def story(sink: MemorySink | CvdiagEvents, test_id: str) -> list[Envelope]:
     return [e for e in list(sink.envelopes) if e["test_id"] == test_id]
 
 
@@ -62,7 +62,9 @@ def provider() -> Iterator[tuple[FakeProvider, str]]:
         yield fake, url
 
 
-def graph_app(provider_url: str, sink: MemorySink, *, then: str, reader: str) -> FastAPI:
+def graph_app(
+    provider_url: str, sink: MemorySink | CvdiagEvents, *, then: str, reader: str
+) -> FastAPI:
     """``POST /run``: an SSE response fed by a graph run that outlives it.
 
     The run reads the first chunk, waits until the request's terminal is written (the client
@@ -146,7 +148,7 @@ def graph_app(provider_url: str, sink: MemorySink, *, then: str, reader: str) ->
     return app
 
 
-def flowing(sink: MemorySink, test_id: str) -> bool:
+def flowing(sink: MemorySink | CvdiagEvents, test_id: str) -> bool:
     """Whether a heartbeat of the request's call says its first token came."""
     return any(
         e["boundary"] == "backend.llm.call.heartbeat" and "first_token_delta_ms" in e["metadata"]
@@ -169,7 +171,7 @@ def leave_after_first_event(
                 return  # hang up mid-stream
 
 
-def the_call(sink: MemorySink, test_id: str) -> tuple[list[Envelope], Envelope]:
+def the_call(sink: MemorySink | CvdiagEvents, test_id: str) -> tuple[list[Envelope], Envelope]:
     wait_for(lambda: "backend.llm.call.response" in names(story(sink, test_id)))
     time.sleep(0.2)  # heartbeats are due every 20 ms: any after the response would show
     envelopes = story(sink, test_id)
