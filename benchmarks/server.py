@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -74,30 +75,55 @@ class Server:
     """One uvicorn worker serving one variant, its stdout a file."""
 
     def __init__(self, variant: str, folder: Path, wrapper: list[str] | None = None) -> None:
-        """``wrapper``: a command the server runs under (valgrind), instead of a CPU pin."""
-        self.port = _free_port()
-        self.log = folder / f"{variant}-{self.port}.log"
-        env = {**os.environ, "BENCH_VARIANT": variant, "PYTHONPATH": str(HERE)}
+        """``wrapper``: a command the server runs under (valgrind), instead of a CPU pin.
+
+        A free port is only free until someone binds it: on a machine where other servers start
+        (a test suite beside this one) another may take it first, and a check that only connects
+        would then measure that server. So the server says who it is (``/whoami`` answers the
+        token it was given), and a server that could not bind is started again on another port.
+        """
+        self.token = secrets.token_hex(8)
+        env = {**os.environ, "BENCH_VARIANT": variant, "BENCH_TOKEN": self.token}
         env = {k: v for k, v in env.items() if not k.startswith("CVDIAG_")}
-        command = [
-            *(_pin(0) if wrapper is None else wrapper),
-            sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
-            "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
-            "--no-access-log", "--log-level", "warning",
-        ]  # fmt: skip
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, env=env)
-        deadline = time.monotonic() + (20 if wrapper is None else 600)  # callgrind: ~50x slower
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+        env["PYTHONPATH"] = str(HERE)
+        for _ in range(3):
+            self.port = _free_port()
+            self.log = folder / f"{variant}-{self.port}.log"
+            command = [
+                *(_pin(0) if wrapper is None else wrapper),
+                sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
+                "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
+                "--no-access-log", "--log-level", "warning",
+            ]  # fmt: skip
+            with open(self.log, "wb") as out:
+                self.process = subprocess.Popen(
+                    command, stdout=out, stderr=subprocess.PIPE, env=env
+                )
+            if self._answers(deadline=time.monotonic() + (20 if wrapper is None else 600)):
                 return
+            errors = self.errors()
+            self.stop()
+            if "address already in use" not in errors.lower():
+                raise SystemExit(f"{variant}: the server did not start: {errors}")
+        raise SystemExit(f"{variant}: no free port stayed free for the server")
+
+    def _answers(self, deadline: float) -> bool:
+        """Whether this process's server answers with its token before ``deadline`` (callgrind
+        starts about 50 times slower); False once the process has exited."""
+        request = b"GET /whoami HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n"
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+                    sock.sendall(request)
+                    answer = b""
+                    while chunk := sock.recv(4096):
+                        answer += chunk
+                if answer.endswith(self.token.encode()):
+                    return True
             except OSError:
-                if self.process.poll() is not None:
-                    break
-                time.sleep(0.05)
-        self.stop()
-        raise SystemExit(f"{variant}: the server did not start: {self.errors()}")
+                pass
+            time.sleep(0.05)
+        return False
 
     def errors(self) -> str:
         if self.process.stderr is None:
@@ -179,7 +205,8 @@ def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) ->
     if variant in ("default", "verbose", "debug") and lines == 0:
         raise SystemExit(f"{variant} /{route}: the server wrote no CVDIAG line")
     result["lines"] = float(lines)
-    result["served"] = warm + result["requests"]  # the log holds the warm-up's lines too
+    # The log holds the warm-up's lines too, and the start check's (``/whoami``).
+    result["served"] = warm + result["requests"] + 1
     result["cpu_us_per_request"] = result["cpu_s"] / result["requests"] * 1e6
     result["requests_per_s"] = result["requests"] / result["wall_s"]
     server.log.unlink()

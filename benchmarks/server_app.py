@@ -64,6 +64,11 @@ async def agent(request: Request) -> Response:
     return EventSourceResponse(events(), ping=3600)
 
 
+async def whoami(request: Request) -> Response:
+    """The token ``benchmarks/server.py`` started this process with (see ``Server``)."""
+    return Response(os.environ.get("BENCH_TOKEN", ""), media_type="text/plain")
+
+
 def build() -> Any:
     """The app for ``BENCH_VARIANT`` (uvicorn ``--factory``)."""
     variant = os.environ.get("BENCH_VARIANT", "bare")
@@ -72,6 +77,8 @@ def build() -> Any:
             Route("/json", small_json),
             Route("/sse", sse),
             Route("/agent", agent, methods=["POST"]),
+            # Last, so that it costs the measured routes nothing: which server this is.
+            Route("/whoami", whoami),
         ]
     )
     if variant in ("off", "default", "verbose", "debug"):

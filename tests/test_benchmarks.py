@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,32 @@ def test_server_instructions_benchmark_runs() -> None:
     rows = result["json"]
     assert set(rows) == {"bare", "default"}
     assert all(isinstance(row["instructions"], float) for row in rows.values())
+
+
+def test_the_server_benchmark_never_measures_a_server_that_took_its_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A free port is only free until someone binds it: with another suite beside it, the
+    benchmark once picked a port another server took first, connected to that server and sent
+    it its load. Here the first port handed out is another server's: the benchmark's own server
+    cannot bind it, is started again on a port of its own, and that is the one it answers on."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import server as bench  # type: ignore[import-not-found]  # benchmarks/ is not a package
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = bench._free_port
+        monkeypatch.setattr(bench, "_free_port", lambda: next(ports, None) or real())
+        started = bench.Server("bare", tmp_path)
+        try:
+            assert started.port != taken.getsockname()[1]
+            with socket.create_connection(("127.0.0.1", started.port)) as sock:
+                sock.sendall(b"GET /whoami HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+                answer = b""
+                while chunk := sock.recv(4096):
+                    answer += chunk
+            assert answer.endswith(started.token.encode())
+        finally:
+            started.stop()
