@@ -185,11 +185,25 @@ EXPECTED = {
 }
 
 
+def _first_token_ms(log: Path, test_id: str) -> float:
+    """The time to first token the log's response for ``test_id`` says."""
+    for line in log.read_text().splitlines():
+        envelope = json.loads(line.removeprefix("CVDIAG "))
+        if envelope["test_id"] == test_id and envelope["boundary"] == "backend.llm.call.response":
+            return float(envelope["metadata"]["first_token_delta_ms"])
+    raise AssertionError(f"no response for {test_id}")
+
+
 @pytest.mark.parametrize(("test_id", "expected"), sorted(EXPECTED.items()))
 @pytest.mark.parametrize("timeout", ["60", "1"])
 def test_each_shape_is_classified_right(
     shapes_log: Path, test_id: str, expected: str, timeout: str
 ) -> None:
+    if test_id == "shape-long" and _first_token_ms(shapes_log, test_id) > float(timeout) * 1000:
+        # The long stream's first token comes at once on a quiet machine, but once took 1.4 s
+        # beside another suite: against the short timeout the verdict follows from what the
+        # log says, not from how busy the machine was.
+        expected = "slow-first-token"
     result = cvdiag(
         "classify", test_id, str(shapes_log), "--json", "--first-token-timeout", timeout
     )
