@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
+from typing import IO, Final, TypeVar, cast
 
 from cvdiag.analysis.inputs import Input, InputError
 from cvdiag.analysis.partial import outside_run
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-# multiprocessing and concurrent.futures are imported when a file is read in parallel: most
-# reads are of small files, and ``cvdiag grep`` never reads in parallel.
+# The worker processes (``forked``, and multiprocessing with it) are imported when a file is read
+# in parallel: most reads are of small files, and ``cvdiag grep`` never reads in parallel.
 
 #: Files smaller than this are read sequentially (module-level: the tests lower it).
 PARALLEL_MIN = 32 << 20
@@ -181,11 +177,6 @@ def line_numbers(name: str, start: int, offsets: list[int]) -> list[int]:
     return numbers
 
 
-def _quiet() -> None:
-    # Ctrl-C is the parent's to handle: a worker interrupted while waiting would print a trace.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def run(
     job: Callable[[str, int, int], T],
     source: Input,
@@ -197,9 +188,7 @@ def run(
     file ``source`` opened); the results in file order.
     ``on_done(end)`` is called as each range's result arrives. A worker that dies, or a job
     that raises, ends the run with ``InputError`` or the job's own exception."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from cvdiag.analysis.forked import WorkerDied, run_in_order
 
     # A forked worker holds a copy of every unflushed stdio buffer; flushed first, no child
     # can ever write the parent's lines a second time (defensive: today's workers do not).
@@ -208,21 +197,16 @@ def run(
     name, descriptor = source.name, source.descriptor()
     if descriptor is not None:
         _OPENED[name] = descriptor
-    context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers(), len(ranges)), mp_context=context, initializer=_quiet
-    )
+    results = run_in_order(job, [(name, s, e) for s, e in ranges], processes=workers())
     try:
-        futures: list[Future[T]] = [pool.submit(job, name, s, e) for s, e in ranges]
-        for future, (_, end) in zip(futures, ranges, strict=True):
-            result = future.result()
+        for (_, end), result in zip(ranges, results, strict=True):
             if on_done is not None:
                 on_done(end)
             yield result
-    except BrokenProcessPool:  # from ``submit`` too, when a worker died early
+    except WorkerDied:
         raise InputError(
             f"cannot read {name}: a worker process reading it ended unexpectedly"
         ) from None
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        results.close()
         _OPENED.pop(name, None)
