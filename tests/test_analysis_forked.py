@@ -119,7 +119,12 @@ def test_no_thread_runs_beside_the_reader_and_nothing_is_printed(
     assert multiprocessing.active_children() == []
 
 
-def test_closing_early_stops_the_workers_at_once() -> None:
+@pytest.mark.parametrize("sigterm", ["default", "handled"])
+def test_closing_early_stops_the_workers_at_once(sigterm: str) -> None:
+    """A job still running is not waited for. ``handled``: the process forking the workers has a
+    SIGTERM handler that does not exit (a host's; pytest-xdist workers had one), which a worker
+    inherits: a worker stopped with SIGTERM went on, and closing waited for it forever."""
+
     def forever(_: int) -> int:
         time.sleep(3600)
         return 0
@@ -127,10 +132,22 @@ def test_closing_early_stops_the_workers_at_once() -> None:
     def first_quick(n: int) -> int:
         return n if n == 0 else forever(n)
 
-    results = run_in_order(first_quick, [(n,) for n in range(4)], processes=2)
-    assert next(results) == 0
-    results.close()  # a job still running is not waited for
-    assert multiprocessing.active_children() == []
+    previous = signal.getsignal(signal.SIGTERM)
+    if sigterm == "handled":
+        signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        results = run_in_order(first_quick, [(n,) for n in range(4)], processes=2)
+        assert next(results) == 0
+        closing = threading.Thread(target=results.close)
+        closing.start()
+        closing.join(30)  # a bound on a hung close, not a timing assertion
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    left = multiprocessing.active_children()
+    for child in left:
+        child.kill()  # a hung close must fail the test, not hang the suite
+    closing.join()
+    assert not left
 
 
 def test_a_result_that_cannot_be_sent_back_is_an_input_error() -> None:

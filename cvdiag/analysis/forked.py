@@ -62,10 +62,11 @@ def run_in_order(
             yield value
     finally:
         for pipe, worker in process.items():
-            if worker.is_alive() and working.get(pipe) is not None:
-                worker.terminate()  # a job nobody will read: stop it now
-            elif worker.is_alive():
-                _send(pipe, None)
+            if working.get(pipe) is not None:
+                worker.kill()  # a job nobody will read: stopped now, whatever it handles
+            else:
+                _send(pipe, None)  # idle: told to stop (again, if it already was)
+        for pipe, worker in process.items():
             worker.join()
             pipe.close()
 
@@ -111,6 +112,8 @@ def _work(pipe: Connection, job: Callable[..., Any], inherited: list[Connection]
     """A worker: jobs from ``pipe`` until told to stop (or the parent is gone)."""
     # Ctrl-C is the parent's to handle: a worker interrupted while waiting would print a trace.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM handler the command's process had (a host's, a test's) is not the worker's.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for other in inherited:
         other.close()
     try:
