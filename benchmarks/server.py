@@ -109,7 +109,7 @@ class Server:
 
     def _answers(self, deadline: float) -> bool:
         """Whether this process's server answers with its token before ``deadline`` (callgrind
-        starts about 50 times slower); False once the process has exited."""
+        starts several times slower); False once the process has exited."""
         request = b"GET /whoami HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n"
         while time.monotonic() < deadline and self.process.poll() is None:
             try:

@@ -117,6 +117,38 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = QUICK_WORKERS if quick else WORKERS
         if config.option.dist == "no":
             config.option.dist = "loadfile"
+            # pytest-xdist would hand modules out by their number of tests; ours go longest
+            # first (``pytest_collection_modifyitems``), and a count of tests is not a length.
+            config.option.loadscopereorder = False
+
+
+#: The modules that take longest, longest first (measured: docs/architecture.md, "Tests"). Under
+#: ``--dist loadfile`` each worker takes the next module as it finishes one, in collection order;
+#: a long module taken last keeps one worker busy while the others idle at the end of the run.
+LONGEST = (
+    "tests/test_docs_snippets.py",
+    "tests/test_benchmarks.py",
+    "tests/test_stories.py",
+    "tests/test_report_hostile.py",
+    "tests/test_report_browser.py",
+    "tests/test_examples_offline.py",
+)
+
+
+def _module_rank(item: pytest.Item) -> int:
+    """Where ``item``'s module runs: the longest first, in their order; then the rest of the
+    slow modules; then the quick ones, which fill the gaps at the end."""
+    path = item.nodeid.split("::")[0]
+    if path in LONGEST:
+        return LONGEST.index(path)
+    slow_module = any(path.startswith(slow) for slow in SLOW if "::" not in slow)
+    return len(LONGEST) + (0 if slow_module else 1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long modules first (a stable sort: each module's tests keep their order, and every
+    pytest-xdist worker, which collects on its own, gets the same order)."""
+    items.sort(key=_module_rank)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
