@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+import cvdiag
 from cvdiag.pytest_plugin import EVENTS_KEY
 
 pytest_plugins = ["pytester"]
@@ -104,6 +106,17 @@ SLOW = (
     "tests/test_sse.py::test_condensing_keeps_counts_and_sizes_exact",
     "tests/test_sse.py::test_incremental_readers_match_the_reference",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """cvdiag's bytecode compiled once, before any worker starts, as installing a package compiles
+    it: the suite starts hundreds of processes that import cvdiag (the CLI, servers, examples),
+    and where ``PYTHONDONTWRITEBYTECODE`` is set (CI's machine) each would compile it again, about
+    9 s of the suite's time on 2 cores. Into ``cvdiag/**/__pycache__`` (ignored by git), as
+    Python itself writes them where that variable is not set."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        # A file it cannot write (a read-only checkout) is skipped: its importers compile it.
+        compileall.compile_dir(Path(cvdiag.__file__).parent, quiet=2)
 
 
 @pytest.hookimpl(tryfirst=True)
