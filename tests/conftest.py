@@ -87,6 +87,7 @@ SLOW = (
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
     "tests/test_stream_silence.py",
+    "tests/test_support_cli.py",  # each command twice: forked and as a new interpreter
     "tests/test_template.py",
     "tests/test_analysis_search.py::test_arbitrary_bytes_and_needles",
     "tests/test_analysis_search.py::test_the_search_finds_what_a_line_split_finds",
