@@ -130,7 +130,11 @@ class _Warm:
         global forked_runs
         forked_runs += 1
         try:
-            out, err = _communicate(pid, in_w, stdin, out_r, err_r)
+            out, err = _communicate(in_w, stdin, out_r, err_r)
+        except BaseException:  # past its time, or the test interrupted: as subprocess.run does
+            with contextlib.suppress(ProcessLookupError):  # it ended; a child holds a pipe
+                os.kill(pid, signal.SIGKILL)
+            raise
         finally:
             status = self.socket.recv(64)  # also after a timeout's kill: the next run's pid follows
         if not status:
@@ -151,11 +155,9 @@ def _fds(*fds: int) -> bytes:
     return array.array("i", fds).tobytes()
 
 
-def _communicate(
-    pid: int, in_w: int, stdin: bytes | None, out_r: int, err_r: int
-) -> tuple[bytes, bytes]:
-    """Feed ``stdin`` and read both streams to their end, as ``subprocess.run`` does; past
-    ``TIMEOUT`` the command is killed and ``subprocess.TimeoutExpired`` raised."""
+def _communicate(in_w: int, stdin: bytes | None, out_r: int, err_r: int) -> tuple[bytes, bytes]:
+    """Feed ``stdin`` and read both streams to their end, as ``subprocess.run`` does;
+    ``subprocess.TimeoutExpired`` past ``TIMEOUT``."""
     if in_w >= 0:
 
         def feed() -> None:
@@ -172,21 +174,21 @@ def _communicate(
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
             selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            ready = selector.select(max(0.0, deadline - time.monotonic()))
-            if not ready:
-                with contextlib.suppress(ProcessLookupError):  # it ended; a child holds a pipe
-                    os.kill(pid, signal.SIGKILL)
-                for key in list(selector.get_map().values()):
-                    os.close(key.fd)
-                raise subprocess.TimeoutExpired(["cvdiag"], TIMEOUT)
-            for key, _ in ready:
-                data = os.read(key.fd, 65536)
-                if data:
-                    chunks[key.fd].append(data)
-                else:
-                    selector.unregister(key.fd)
-                    os.close(key.fd)
+        try:
+            while selector.get_map():
+                ready = selector.select(max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise subprocess.TimeoutExpired(["cvdiag"], TIMEOUT)
+                for key, _ in ready:
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+        finally:
+            for key in list(selector.get_map().values()):  # the pipes still open
+                os.close(key.fd)
     return b"".join(chunks[out_r]), b"".join(chunks[err_r])
 
 
