@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import compileall
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,22 @@ def pytest_configure(config: pytest.Config) -> None:
     if "PYTEST_XDIST_WORKER" not in os.environ:
         # A file it cannot write (a read-only checkout) is skipped: its importers compile it.
         compileall.compile_dir(Path(cvdiag.__file__).parent, quiet=2)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """The cyclic garbage collector paused while the suite is collected, and what collecting
+    made frozen (``gc.freeze``). Collecting imports every test module and what they import (the
+    LLM SDKs' thousands of models, hypothesis); the collector, started by those allocations,
+    walked the ever larger heap again and again: 30 % of a worker's collection. Nothing made then
+    is garbage a test could look for, and frozen, the later collections (a test's own, or
+    cvdiag's ``gc.collect()`` for a dropped stream) no longer walk it."""
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 @pytest.hookimpl(tryfirst=True)
