@@ -40,7 +40,7 @@ settings.load_profile("cvdiag")
 WORKERS = 4
 #: ``pytest -m "not slow"`` runs on one worker per core instead: the quick subset starts no
 #: server and waits on nothing, so it is CPU-bound, and every worker collects the whole suite
-#: (about 4 s here) before it runs a test. On 2 cores: 19 s on 2 workers, 22 s on 4.
+#: (about 4 s here) before it runs a test. On 2 cores: 17 s on 2 workers, 18 s on 4.
 QUICK_WORKERS = max(1, min(WORKERS, os.cpu_count() or 1))
 
 #: What ``pytest -m "not slow"`` (the edit-test loop) leaves out: whole modules that start real
