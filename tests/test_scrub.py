@@ -120,6 +120,37 @@ def test_key_value_pairs_keep_their_keys() -> None:
     )
 
 
+LINE_HEADERS = ["Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "cookie"]
+#: What may follow a header's value on its line: blanks, and words a placeholder check would
+#: keep on their own. None of them may keep the value before it.
+AFTER_VALUE = ["", " ", "  ", "\t", "\x0c", "\x0b", " \x0c", " null", " <secret>", " ***", " x"]
+
+
+@pytest.mark.parametrize("after", AFTER_VALUE, ids=repr)
+@pytest.mark.parametrize("header", LINE_HEADERS)
+def test_a_header_lines_value_is_redacted_whatever_follows_it(header: str, after: str) -> None:
+    # Found beside another suite: "Cookie: session_id=<hex> " with a blank after the value kept
+    # the whole line, because the blank rest after the value was judged a placeholder.
+    secret = "session_id=9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+    out = scrub(f" {header}: {secret}{after}")
+    assert "9f8e7d6c5b4a" not in out, out
+    assert out.startswith(f" {header}: {REDACTED}")
+    assert scrub(out) == out
+
+
+@pytest.mark.parametrize("after", AFTER_VALUE, ids=repr)
+def test_an_auth_schemes_credential_is_redacted_whatever_follows_it(after: str) -> None:
+    out = scrub(f"Authorization: Bearer abcdefghij0123456789{after}")
+    assert "abcdefghij0123456789" not in out
+    assert out.startswith(f"Authorization: Bearer {REDACTED}")
+
+
+@pytest.mark.parametrize("placeholder", ["<token>", "null", "***", "[REDACTED]"])
+def test_a_placeholder_credential_after_its_scheme_stays(placeholder: str) -> None:
+    for text in (f"Authorization: Bearer {placeholder}", f"Authorization: Bearer {placeholder} "):
+        assert scrub(text) == text
+
+
 def test_non_strings() -> None:
     assert scrub(b"Bearer abc.def\xff") == "Bearer [REDACTED]\ufffd"
     assert scrub(12) == "12"
