@@ -172,8 +172,13 @@ def _module_rank(item: pytest.Item) -> int:
     path = item.nodeid.split("::")[0]
     if path in LONGEST:
         return LONGEST.index(path)
-    slow_module = any(path.startswith(slow) for slow in SLOW if "::" not in slow)
-    return len(LONGEST) + (0 if slow_module else 1)
+    return len(LONGEST) + (0 if _slow_module(path) else 1)
+
+
+def _slow_module(path: str) -> bool:
+    """Whether the module at ``path`` is slow as a whole (an entry of ``SLOW`` naming a test
+    holds ``::``, so it never starts a module's path)."""
+    return any(path.startswith(slow) for slow in SLOW)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -183,9 +188,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    path = item.nodeid.split("::")[0]
-    if item.get_closest_marker("reliability") or any(
-        item.nodeid.split("[")[0] == slow or path.startswith(slow) for slow in SLOW
+    test = item.nodeid.split("[")[0]
+    if (
+        item.get_closest_marker("reliability")
+        or _slow_module(item.nodeid.split("::")[0])
+        or test in SLOW
     ):
         item.add_marker(pytest.mark.slow)
 

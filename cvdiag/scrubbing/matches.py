@@ -159,11 +159,12 @@ def key_value(match: re.Match[str]) -> str:
     if match.group("lk") is not None:  # Authorization: …, Cookie: …
         value, group = _value_of(match, "lquoted", "lbare")
         scheme, _, rest = value.partition(" ")
+        credential = rest.strip()
         # Only an auth scheme's credential ("Bearer <token>") is judged apart from its line: a
         # blank or placeholder-looking rest after any other value ("session_id=… " with a
         # trailing space) must not keep the value before it.
-        schemed = bool(rest.strip()) and re.fullmatch(SCHEME_WORDS, scheme, re.IGNORECASE)
-        if _keep_value(value.strip()) or (schemed and _keep_value(rest.strip())):
+        schemed = bool(credential) and re.fullmatch(SCHEME_WORDS, scheme, re.IGNORECASE)
+        if _keep_value(value.strip()) or (schemed and _keep_value(credential)):
             return match.group()
         if schemed:
             start = match.start(group) + len(scheme) + 1

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support import warm
@@ -40,27 +41,26 @@ def cvdiag(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProces
     """``python -m cvdiag ARGS`` with ``stdin`` on its standard input (else ``/dev/null``)."""
     command = [sys.executable, "-m", "cvdiag", *args]
     server = _Warm.get()
+    ran = None
     if server is not None and server.lock.acquire(blocking=False):
         try:
             ran = server.run(list(args), stdin)
         finally:
             server.lock.release()
-        if ran is not None:
-            code, out, err = ran
-            return subprocess.CompletedProcess(command, code, out.decode(), err.decode())
-    done = subprocess.run(
-        command,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
-    return subprocess.CompletedProcess(
-        command, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
+    if ran is None:
+        done = subprocess.run(
+            command,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT,
+        )
+        ran = done.returncode, done.stdout, done.stderr
+    code, out, err = ran
+    return subprocess.CompletedProcess(command, code, out.decode(), err.decode())
 
 
-def _startup_environment(environ: dict[str, str]) -> dict[str, str]:
+def _startup_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """What Python reads from the environment as it starts, and a fork would not read again."""
     return {k: v for k, v in environ.items() if k.startswith(("PYTHON", "LC_", "LANG"))}
 
@@ -73,7 +73,7 @@ class _Warm:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.environment = _startup_environment(dict(os.environ))
+        self.environment = _startup_environment(os.environ)
         self.process = subprocess.Popen(
             [sys.executable, str(Path(warm.__file__)), str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
@@ -100,7 +100,7 @@ class _Warm:
         current = cls._current
         if current.process.poll() is not None:
             return None
-        if _startup_environment(dict(os.environ)) != current.environment:
+        if _startup_environment(os.environ) != current.environment:
             return None
         return current
 
