@@ -16,8 +16,6 @@ from cvdiag.core.guard import record_failure
 from cvdiag.pipeline.emitter import Emitter
 from cvdiag.scopes import end_outstanding_calls
 
-#: How long lifespan shutdown may wait for queued envelopes to be written.
-_SHUTDOWN_FLUSH_SECONDS: Final = 5.0
 _SHUTDOWN: Final = ("lifespan.shutdown.complete", "lifespan.shutdown.failed")
 
 
@@ -47,10 +45,12 @@ def flushing_at_shutdown(send: Send, emitter: Emitter) -> Send:
 
 
 async def _flush(emitter: Emitter) -> None:
-    """``emitter.flush`` in a worker thread, so the loop goes on meanwhile."""
+    """``emitter.shut_down`` in a worker thread, so the loop goes on meanwhile: what is queued
+    is written within the settings' ``shutdown_flush_seconds``, and what is left is counted and
+    said on stderr (uvicorn may end the process before any atexit handler runs)."""
     try:
         from anyio.to_thread import run_sync
 
-        await run_sync(emitter.flush, _SHUTDOWN_FLUSH_SECONDS)
+        await run_sync(emitter.shut_down)
     except Exception:  # no event loop anyio knows: wait here (a second flush costs nothing)
-        emitter.flush(_SHUTDOWN_FLUSH_SECONDS)
+        emitter.shut_down()

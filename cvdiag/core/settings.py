@@ -21,6 +21,7 @@ _FLAGS: Final = ("CVDIAG_BACKEND_EMITTER", "CVDIAG_VERBOSE", "CVDIAG_DEBUG", "CV
 _NUMBERS: Final = {
     "CVDIAG_HEARTBEAT_INTERVAL": "a positive number of seconds",
     "CVDIAG_QUEUE_SIZE": "a positive whole number",
+    "CVDIAG_SHUTDOWN_FLUSH_SECONDS": "a positive number of seconds",
 }
 _LISTS: Final = (
     "CVDIAG_SCRUB_PATTERNS",
@@ -113,14 +114,18 @@ def environment_problems(environ: Mapping[str, str]) -> list[str]:
                 f"{name}={_shown(raw)!r} is not recognised (accepted: 1, true, yes, on to turn it"
                 " on; 0, false, no, off or empty for off): taken as off"
             )
-    defaults = {"CVDIAG_HEARTBEAT_INTERVAL": "10", "CVDIAG_QUEUE_SIZE": "5000"}
+    defaults = {
+        "CVDIAG_HEARTBEAT_INTERVAL": "10",
+        "CVDIAG_QUEUE_SIZE": "5000",
+        "CVDIAG_SHUTDOWN_FLUSH_SECONDS": "5",
+    }
     for name, expected in _NUMBERS.items():
         raw = environ.get(name)
         if raw is None or not raw.strip():
             continue
         ok = (
             _positive_float({name: raw}, name, -1.0) > 0
-            if name == "CVDIAG_HEARTBEAT_INTERVAL"
+            if name != "CVDIAG_QUEUE_SIZE"
             else _positive_int({name: raw}, name, -1) > 0
         )
         if not ok:
@@ -178,6 +183,9 @@ class Settings:
     heartbeat_interval: float = 10.0
     otel: bool = False
     queue_size: int = 5000
+    #: How long shutdown (lifespan shutdown, SIGTERM, exit) waits for a slow reader before it
+    #: counts what is still queued as not written and says so (docs/production.md).
+    shutdown_flush_seconds: float = 5.0
     debug_max_seconds: float = 600.0
     debug_max_envelopes: int = 10_000
     #: The tier DEBUG falls back to when its bounds are reached: the tier the environment would
@@ -222,6 +230,8 @@ class Settings:
             raise ValueError("heartbeat_interval must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
+        if not self.shutdown_flush_seconds >= 0:
+            raise ValueError("shutdown_flush_seconds must not be negative")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -253,6 +263,7 @@ class Settings:
             heartbeat_interval=_positive_float(env, "CVDIAG_HEARTBEAT_INTERVAL", 10.0),
             otel=_flag(env, "CVDIAG_OTEL"),
             queue_size=_positive_int(env, "CVDIAG_QUEUE_SIZE", 5000),
+            shutdown_flush_seconds=_positive_float(env, "CVDIAG_SHUTDOWN_FLUSH_SECONDS", 5.0),
             debug_fallback_tier=Tier.VERBOSE if verbose else Tier.DEFAULT,
             debug_refused=debug_asked and not debug_allowed,
             environment=label,

@@ -12,7 +12,14 @@ from collections.abc import Callable, Sequence
 
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline.bridge import Bridge
-from cvdiag.sinks import QueuedLineSink, StdoutSink, install_exit_hooks, takes_lines
+from cvdiag.sinks import (
+    PREFIX,
+    QueuedLineSink,
+    StdoutSink,
+    flush_all,
+    install_exit_hooks,
+    takes_lines,
+)
 from cvdiag.sinks.base import LineSink, Sink
 
 
@@ -41,15 +48,40 @@ def line_sinks(sinks: Sequence[Sink]) -> tuple[LineSink, ...] | None:
 
 
 def adopt_queues(
-    sinks: Sequence[Sink], drop_report: Callable[[int], bytes | None], *, enabled: bool
+    sinks: Sequence[Sink],
+    drop_report: Callable[[int], bytes | None],
+    *,
+    enabled: bool,
+    bound: float,
 ) -> None:
-    """A queued sink reports what it dropped through its emitter, and is written out at exit."""
+    """A queued sink reports what it dropped through its emitter, and is written out at exit
+    within ``bound`` seconds."""
     for sink in sinks:
         if isinstance(sink, QueuedLineSink):
             if sink.drop_report is None:
                 sink.drop_report = drop_report
             if enabled:
-                install_exit_hooks()
+                install_exit_hooks(bound=bound)
+
+
+def line_limit(sinks: Sequence[Sink]) -> int | None:
+    """The longest envelope (JSON, without the prefix and line break) every queued sink can
+    write whole beside other processes: ``PIPE_BUF`` less 8 where stdout is a pipe, a
+    terminal or a socket; None where every one is a regular file or in memory."""
+    limits = [
+        limit
+        for sink in sinks
+        if isinstance(sink, QueuedLineSink) and (limit := sink.atomic_limit()) is not None
+    ]
+    return min(limits) - len(PREFIX) - 1 if limits else None
+
+
+def shut_down(sinks: Sequence[Sink], bound: float) -> None:
+    """Shutdown for these sinks: written within ``bound`` seconds, the rest counted and said."""
+    flush_all(bound, [sink for sink in sinks if isinstance(sink, QueuedLineSink)])
+    for sink in sinks:
+        if not isinstance(sink, QueuedLineSink):
+            sink.flush(bound)
 
 
 def queue_dropped(sinks: Sequence[Sink]) -> int:

@@ -58,8 +58,13 @@ class Emitter(TierGate):
         self._line_sinks: tuple[LineSink, ...] | None = (
             assembly.line_sinks(self.sinks) if self.otel is None else None
         )
-        assembly.adopt_queues(self.sinks, self._queue_dropped_line, enabled=self.enabled)
-        super().__init__(self.settings)
+        assembly.adopt_queues(
+            self.sinks,
+            self._queue_dropped_line,
+            enabled=self.enabled,
+            bound=self.settings.shutdown_flush_seconds,
+        )
+        super().__init__(self.settings, line_limit=assembly.line_limit(self.sinks))
         # The scrubber is process-wide (ids, errors and the middleware use it before any emit):
         # the latest emitter built sets its user rules.
         use_rules(
@@ -186,6 +191,14 @@ class Emitter(TierGate):
                 sink.flush(max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 record_failure("sink", exc)
+
+    def shut_down(self) -> None:
+        """Shutdown (the lifespan's): everything queued written within the settings'
+        ``shutdown_flush_seconds``, what is left counted as not written and said on stderr."""
+        try:
+            assembly.shut_down(self.sinks, self.settings.shutdown_flush_seconds)
+        except Exception as exc:
+            record_failure("sink", exc)
 
     def close(self) -> None:
         """Flush every sink; close the ones this emitter created (never the caller's)."""

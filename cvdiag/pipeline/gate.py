@@ -37,7 +37,10 @@ class TierGate:
             parent_span_id: str | None = None,
         ) -> None: ...
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, line_limit: int | None = None) -> None:
+        #: The longest line the sinks write whole beside other processes (a pipe's PIPE_BUF):
+        #: no tier's cap goes past it (cvdiag/sinks/descriptor.py says why).
+        self._line_limit = line_limit
         self._set_tier(settings.tier)
         #: Envelopes emitted at the debug tier, and when the first was.
         self._debug_count = itertools.count(1)
@@ -52,7 +55,8 @@ class TierGate:
 
     def _set_tier(self, tier: Tier) -> None:
         self._tier = tier
-        self._cap = BYTE_CAPS[tier]
+        cap = BYTE_CAPS[tier]
+        self._cap = cap if self._line_limit is None else min(cap, self._line_limit)
 
     @property
     def byte_cap(self) -> int:

@@ -2,6 +2,9 @@
 
 Queued sinks register here when their writer starts; ``before_exit`` lets other parts say what
 must still be said first (a call outstanding at shutdown ends, cvdiag/scopes/llm_calls.py).
+Shutdown waits for a slow reader at most ``shutdown_seconds`` (``CVDIAG_SHUTDOWN_FLUSH_SECONDS``),
+then counts what is left as not written and says so on stderr in one line: a reader of the log
+can then tell an incomplete story from one that never happened.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Protocol
 
-from cvdiag.core.guard import record_failure
+from cvdiag.core.guard import record_failure, say
+from cvdiag.sinks.losses import Losses
 
 
 class Queued(Protocol):
@@ -25,12 +29,21 @@ class Queued(Protocol):
 
     def flush(self, timeout: float = 5.0) -> None: ...
 
+    def abandon(self) -> None: ...
+
+    @property
+    def losses(self) -> Losses: ...
+
     def _reset_after_fork(self) -> None: ...
 
 
 #: Every queued sink alive in the process: each registers itself when it is built.
 live_sinks: weakref.WeakSet[Queued] = weakref.WeakSet()
 _hooks_installed = False
+#: How long shutdown waits for a slow reader before it counts the rest as not written; the
+#: emitter sets it from ``Settings.shutdown_flush_seconds``. Below gunicorn's graceful timeout
+#: (30 s), so the worker says what it left before the master kills it.
+shutdown_seconds = 5.0
 
 
 #: Run before the exit flush: what must still be said (a call outstanding at shutdown ends).
@@ -46,24 +59,37 @@ def before_exit(fn: Callable[[], object]) -> None:
 running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
 
 
-def flush_all(timeout: float = 5.0) -> None:
+def flush_all(timeout: float | None = None, sinks: Iterable[Queued] | None = None) -> None:
+    """Shutdown: write what is queued within ``timeout`` seconds (``shutdown_seconds`` unless
+    given), then count what is left as not written, report it in the log if the pipe takes one
+    more line now, and say on stderr, in one line, what this process did not write."""
     for fn in _before_exit:
         try:
             fn()
         except Exception as exc:
             record_failure("sink", exc)
-    deadline = time.monotonic() + timeout
-    for sink in list(live_sinks):
+    chosen = list(live_sinks if sinks is None else sinks)
+    deadline = time.monotonic() + (shutdown_seconds if timeout is None else timeout)
+    for sink in chosen:
         sink.flush(max(0.0, deadline - time.monotonic()))
+    for sink in chosen:
+        try:
+            sink.abandon()
+            line = sink.losses.stderr_line()
+        except Exception as exc:
+            record_failure("sink", exc)
+            continue
+        if line is not None:
+            say(line)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    flush_all(timeout=5.0)
+    flush_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
-def install_exit_hooks() -> None:
+def install_exit_hooks(*, bound: float | None = None) -> None:
     """Flush at normal exit (uncaught exceptions included) and on SIGTERM.
 
     The SIGTERM handler is installed only where none is, and as early as possible: an enabled
@@ -71,7 +97,9 @@ def install_exit_hooks() -> None:
     finds at startup and, after its graceful shutdown, restores them and raises the signal again:
     found in place, this handler then flushes before the process ends.
     """
-    global _hooks_installed
+    global _hooks_installed, shutdown_seconds
+    if bound is not None:
+        shutdown_seconds = bound
     if _hooks_installed:
         return
     _hooks_installed = True

@@ -13,18 +13,24 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cvdiag.core.guard import record_failure
 from cvdiag.sinks.base import PREFIX, BaseSink
-from cvdiag.sinks.descriptor import write_some
 from cvdiag.sinks.exit_flush import install_exit_hooks, live_sinks, running_loop
+from cvdiag.sinks.loop_drain import LoopDrain
+from cvdiag.sinks.losses import (
+    AT_SHUTDOWN,
+    QUEUE_FULL,
+    WRITE_FAILED,
+    Abandoned,
+    Losses,
+    split_lines,
+)
 
 #: Between two lines of a batch: joined in one C call, the writer spends no Python per line.
 _LINE_BREAK = b"\n" + PREFIX
-#: Lines joined per write from the loop (about 64 KiB of envelopes).
-_LOOP_SLICE = 100
 
 
 def _new_bell() -> threading.Lock:
@@ -35,11 +41,12 @@ def _new_bell() -> threading.Lock:
     return bell
 
 
-class QueuedLineSink(BaseSink):
+class QueuedLineSink(LoopDrain, BaseSink):
     """``CVDIAG {json}`` lines through a bounded queue and one daemon writer thread.
 
     When the queue is full the oldest line is dropped and counted; once the writer gets a line
-    through again it first writes one ``cvdiag.queue_dropped`` line with the count.
+    through again it first writes one ``cvdiag.queue_dropped`` line with the count. What is still
+    queued when the shutdown bound runs out is counted too (``abandon``), and said on stderr.
 
     The writer is woken once per burst, not once per line: the first line after it went idle rings
     a bell (a bare lock, released from C), and the writer then lingers ``LINGER`` seconds so that
@@ -53,16 +60,15 @@ class QueuedLineSink(BaseSink):
 
     def __init__(self, *, queue_size: int = 5000) -> None:
         self.queue_size = queue_size
-        self.dropped = 0
+        #: The lines given up on, by reason (cvdiag/sinks/losses.py).
+        self.losses = Losses()
         self.written = 0
-        self._unreported = 0
         self._queue: collections.deque[bytes] = collections.deque()
         self._bell = _new_bell()
         self._idle = True  # the writer waits for the bell (or has not started)
         self._busy = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._count_lock = threading.Lock()  # only the drop path takes it
         self._closed = False
         #: Held by whoever takes lines off the queue and writes them (the loop or the thread),
         #: so batches go out whole and in emit order.
@@ -75,6 +81,15 @@ class QueuedLineSink(BaseSink):
         self._forced = False
         #: Builds the ``cvdiag.queue_dropped`` line; the emitter that owns the sink sets it.
         self.drop_report: Callable[[int], bytes | None] | None = None
+        #: Set while the shutdown bound has run out: a writer waiting for room gives up.
+        self._stopping = False
+        #: A blocking-call detector refused the loop's write: the thread writes from now on.
+        self._loop_refused = False
+
+    @property
+    def dropped(self) -> int:
+        """Envelopes this sink did not write, whatever the reason."""
+        return self.losses.total
 
     # -- the caller's side: O(1), never blocks ---------------------------------------------
 
@@ -87,17 +102,17 @@ class QueuedLineSink(BaseSink):
         queue = self._queue
         if len(queue) >= self.queue_size:
             try:
-                queue.popleft()
+                old = queue.popleft()
             except IndexError:
                 pass
             else:
-                self._count_drop(1)
+                self._lose(QUEUE_FULL, (old,))
         queue.append(line)
         loop = running_loop()
         if loop is not None:
             if self._drain_on is loop:
                 return  # this burst's drain is already due on this loop: it takes the line too
-            fd = self._loop_descriptor()
+            fd = None if self._loop_refused else self._loop_descriptor()
             if fd is not None:
                 # On the loop: drain from the loop, once per burst; no thread wakes.
                 self._drain_on = loop
@@ -130,46 +145,6 @@ class QueuedLineSink(BaseSink):
         with contextlib.suppress(RuntimeError):  # already rung: the writer has yet to answer
             self._bell.release()
 
-    # -- the loop's side --------------------------------------------------------------------
-
-    def _loop_descriptor(self) -> int | None:
-        """A non-blocking descriptor to write from the loop, or None to use the thread."""
-        return None
-
-    def _drain_from_loop(self, fd: int) -> None:
-        """Write what is queued without blocking; what the pipe cannot take now waits."""
-        self._drain_on = None
-        if not self._write_lock.acquire(blocking=False):
-            return  # the thread is writing, and takes what is queued with it
-        try:
-            # A burst goes out in slices of at most _LOOP_SLICE lines: a few hundred KiB joined
-            # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
-            while True:
-                if not self._rest:
-                    lines = self._take(_LOOP_SLICE)
-                    if not lines:
-                        break
-                    self._rest = self._batch_bytes(lines)
-                self._rest = self._rest[write_some(fd, self._rest) :]
-                if self._rest:
-                    break  # the pipe is full: the rest waits for the next drain
-        except Exception as exc:  # a broken pipe: what was taken is lost, and counted
-            self._lost(self._rest, exc)
-            self._rest = b""
-        finally:
-            self._write_lock.release()
-        if self._rest or self._queue:
-            loop = running_loop()
-            if loop is not None and self._drain_on is None:  # a full pipe: try again later
-                self._drain_on = loop
-                loop.call_later(self.LINGER, self._drain_from_loop, fd)
-
-    def _loop_drains(self) -> bool:
-        """Whether a live event loop will write what is queued, so the thread need not wake
-        (unless a flush asks it to): a loop that closed first leaves its lines to the thread."""
-        loop = self._drain_on
-        return loop is not None and not self._forced and not loop.is_closed()
-
     def _take(self, count: int) -> list[bytes]:
         queue = self._queue
         batch: list[bytes] = []
@@ -177,32 +152,27 @@ class QueuedLineSink(BaseSink):
             batch.append(queue.popleft())
         return batch
 
-    def _batch_bytes(self, lines: list[bytes]) -> bytes:
-        """The batch's bytes, after the drop report it owes, if any; counts it written."""
-        data = PREFIX + _LINE_BREAK.join(lines) + b"\n"
-        self.written += len(lines)
-        report = self._drop_report_line()
-        return report + data if report else data
-
     def _lost(self, data: bytes, exc: BaseException) -> None:
-        lines = data.count(b"\n")
-        self.written -= lines
-        self._count_drop(lines)
+        lines = split_lines(data)
+        self.written -= len(lines)
+        self._lose(WRITE_FAILED, lines)
         record_failure("sink", exc)
 
-    def _drop_report_line(self) -> bytes:
-        if not self._unreported or self.drop_report is None:
-            return b""
-        with self._count_lock:
-            count, self._unreported = self._unreported, 0
+    def _drop_report(self) -> tuple[int, bytes]:
+        """The ``cvdiag.queue_dropped`` line owed to the log, and the count it reports."""
+        if not self.losses.unreported or self.drop_report is None:
+            return 0, b""
+        count = self.losses.take_unreported()
         try:
             report = self.drop_report(count)
         except Exception as exc:
-            with self._count_lock:
-                self._unreported += count
+            self.losses.owe(count)
             record_failure("sink", exc)
-            return b""
-        return PREFIX + report + b"\n" if report is not None else b""
+            return 0, b""
+        return count, (PREFIX + report + b"\n" if report is not None else b"")
+
+    def _lose(self, reason: str, lines: Iterable[bytes] = (), *, number: int = 0) -> None:
+        self.losses.count(reason, lines, number=number)
 
     # -- the writer thread -------------------------------------------------------------------
 
@@ -232,12 +202,11 @@ class QueuedLineSink(BaseSink):
                 with self._write_lock:
                     if self._rest:
                         rest, self._rest = self._rest, b""
-                        try:
-                            self._write_bytes(rest)
-                        except Exception as exc:
-                            self._lost(rest, exc)
-                    while queue:
-                        if self._emit_batch(self._take(512)):
+                        self._write_counted(rest, 0)
+                    while queue and not self._stopping:
+                        lines = self._take(512)
+                        if self._write_counted(PREFIX + _LINE_BREAK.join(lines) + b"\n", 0):
+                            self.written += len(lines)
                             self._report_drops()
                     # Also after a burst that ended in a failed write: the report must not
                     # wait for lines that may never come (flush, close and exit still report).
@@ -245,36 +214,48 @@ class QueuedLineSink(BaseSink):
             finally:
                 self._busy = False
 
-    def _emit_batch(self, batch: list[bytes]) -> bool:
+    def _write_counted(self, data: bytes, report: int) -> bool:
+        """Write a batch (or a drop report of ``report``) from the thread; what cannot be
+        written is counted under its reason (a report's count waits for the next report)."""
         try:
-            self._write_bytes(PREFIX + _LINE_BREAK.join(batch) + b"\n")
-        except Exception as exc:  # a broken pipe or closed file: the batch is lost, counted
-            self._count_drop(len(batch))
+            self._write_bytes(data)
+            return True
+        except Abandoned as stop:  # the shutdown bound ran out: the rest is counted
+            data, reason, exc = stop.rest, AT_SHUTDOWN, None
+        except Exception as error:  # a broken pipe or closed file: the batch is lost
+            reason, exc = WRITE_FAILED, error
+        if report:
+            self.losses.owe(report)
+        else:
+            self._lose(reason, split_lines(data))
+        if exc is not None:
             record_failure("sink", exc)
-            return False
-        self.written += len(batch)
-        return True
+        return False
 
     def _report_drops(self) -> None:
         """Write one ``cvdiag.queue_dropped`` line for the drops not yet reported. A report that
         cannot be written keeps its count for the next attempt, so no drop goes unreported."""
-        if not self._unreported or self.drop_report is None:
-            return
-        with self._count_lock:
-            count, self._unreported = self._unreported, 0
-        try:
-            report = self.drop_report(count)
-            if report is not None:
-                self._write_bytes(PREFIX + report + b"\n")
-        except Exception as exc:
-            with self._count_lock:
-                self._unreported += count
-            record_failure("sink", exc)
+        count, report = self._drop_report()
+        if report:
+            self._write_counted(report, count)
 
-    def _count_drop(self, count: int) -> None:
-        with self._count_lock:
-            self.dropped += count
-            self._unreported += count
+    def abandon(self) -> None:
+        """The shutdown bound ran out: count what is still queued (and a batch's unwritten
+        rest) as lost, so stderr and the next report can say it. The writer thread, if it is
+        waiting for room, gives up at once and counts its rest itself."""
+        self._stopping = True
+        try:
+            held = self._write_lock.acquire(timeout=1.0)
+            try:
+                rest, self._rest = self._rest, b""
+                self._lose(AT_SHUTDOWN, [*split_lines(rest), *self._take(len(self._queue))])
+                if held:  # a last report, if the pipe takes it now (never waits)
+                    self._report_drops()
+            finally:
+                if held:
+                    self._write_lock.release()
+        finally:
+            self._stopping = False
 
     def _write_bytes(self, data: bytes) -> None:
         raise NotImplementedError

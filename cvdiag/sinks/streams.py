@@ -8,7 +8,14 @@ import sys
 from typing import IO, Any
 
 from cvdiag.core.guard import record_failure
-from cvdiag.sinks.descriptor import close_descriptor, own_descriptor, write_all
+from cvdiag.sinks.descriptor import (
+    close_descriptor,
+    cut_at,
+    own_descriptor,
+    stream_limit,
+    write_all,
+)
+from cvdiag.sinks.losses import Abandoned
 from cvdiag.sinks.queued import QueuedLineSink
 
 #: Outside strings orjson writes only ASCII, so escaping these keeps every line valid JSON.
@@ -36,6 +43,15 @@ class StdoutSink(QueuedLineSink):
         super().__init__(queue_size=queue_size)
         self._stream: object = None
         self._fd: int | None = None
+        self._limit_of: tuple[object, int | None] = (None, None)
+
+    def atomic_limit(self) -> int | None:
+        stream = sys.stdout
+        seen, limit = self._limit_of
+        if stream is not seen:  # asked once per stdout object, not per batch
+            limit = stream_limit(stream)
+            self._limit_of = (stream, limit)
+        return limit
 
     def _loop_descriptor(self) -> int | None:
         stream = sys.stdout
@@ -54,18 +70,25 @@ class StdoutSink(QueuedLineSink):
         stream = sys.stdout
         if stream is None:
             raise OSError("sys.stdout is None")
+        limit = self.atomic_limit()
         if stream is self._stream and self._fd is not None:
-            write_all(self._fd, data)
+            done = write_all(self._fd, data, limit, stopped=lambda: self._stopping)
+            if done < len(data):
+                raise Abandoned(data[done:])
             return
-        text = data.decode("utf-8", "replace")
-        try:
-            stream.write(text)
-        except UnicodeEncodeError:
-            # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
-            # console) would lose the whole batch over one accented name: write JSON's own
-            # \\uXXXX escapes instead, which every encoding can carry.
-            stream.write(_NON_ASCII.sub(_json_escape, text))
+        # Through the host's stream: what it holds first, then each piece flushed alone, so
+        # that every write(2) the stream makes carries whole lines within the limit.
         stream.flush()
+        for piece in cut_at(data, limit):
+            text = piece.decode("utf-8", "replace")
+            try:
+                stream.write(text)
+            except UnicodeEncodeError:
+                # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a
+                # latin-1 console) would lose the whole batch over one accented name: write
+                # JSON's own \\uXXXX escapes instead, which every encoding can carry.
+                stream.write(_NON_ASCII.sub(_json_escape, text))
+            stream.flush()
 
 
 def _whole_lines(stream: Any) -> bool:
@@ -86,13 +109,19 @@ class FileSink(QueuedLineSink):
         super().__init__(queue_size=queue_size)
         self.path = os.fspath(path)
         self._file: IO[bytes] | None = None
+        self._limit: int | None = None
+
+    def atomic_limit(self) -> int | None:
+        return self._limit  # a regular file's None, or PIPE_BUF for a named pipe
 
     def _write_bytes(self, data: bytes) -> None:
         if self._file is None:
             self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the sink's life
+            self._limit = stream_limit(self._file)
         try:
-            self._file.write(data)
-            self._file.flush()
+            for piece in cut_at(data, self._limit):
+                self._file.write(piece)
+                self._file.flush()
         except BaseException:
             # The batch is lost (and counted); let the next one reopen the file, which heals a
             # descriptor closed or a disk filled under us.

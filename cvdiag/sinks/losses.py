@@ -1,0 +1,117 @@
+"""What a queued sink could not write: counted by why, with the test ids that lost their terminal.
+
+A reader of a log cannot tell "incomplete" from "never happened" unless the loss is said. Every
+line a sink gives up on is counted here under its reason; the count reaches the log as a
+``cvdiag.queue_dropped`` line once a line can be written again (cvdiag/sinks/queued.py), and at
+exit, on stderr, as one line saying how many, why, and which test ids' stories lost their
+terminal (the envelope a reader needs to call a story whole).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+
+import orjson
+
+#: The queue was full: the oldest line made room for a new one.
+QUEUE_FULL = "queue full"
+#: The descriptor refused the write (a closed stdout, a broken pipe, a full disk).
+WRITE_FAILED = "write failed"
+#: The shutdown bound ran out with lines still waiting for a slow or wedged reader.
+AT_SHUTDOWN = "reader too slow at shutdown"
+
+#: Test ids named on the stderr line at most: it stays one bounded line.
+NAMED_IDS = 8
+_TERMINALS = (b'"boundary":"backend.response.complete"', b'"boundary":"backend.sse.aborted"')
+
+
+class Abandoned(Exception):
+    """The shutdown bound ran out while a batch waited for room: ``rest`` was not written."""
+
+    def __init__(self, rest: bytes) -> None:
+        super().__init__("stdout did not drain before the shutdown bound")
+        self.rest = rest
+
+
+class Losses:
+    """The lines a sink did not write, by reason, and the first test ids whose terminal was among
+    them. Thread-safe: the loop, the writer thread and the exit flush all count here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_reason: Counter[str] = Counter()
+        self.cut_short: list[str] = []
+        self.more_cut_short = 0
+        #: How many of the losses stderr has been told of already.
+        self.said = 0
+        #: Losses the log has not been told of yet (a ``cvdiag.queue_dropped`` line is owed).
+        self.unreported = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_reason.values())
+
+    def count(self, reason: str, lines: Iterable[bytes] = (), *, number: int = 0) -> int:
+        """Count ``lines`` (or ``number`` lines not at hand) lost for ``reason``; the count."""
+        ids: list[str] = []
+        counted = number
+        for line in lines:
+            counted += 1
+            if line.find(_TERMINALS[0]) >= 0 or line.find(_TERMINALS[1]) >= 0:
+                ids.append(_test_id(line))
+        with self._lock:
+            self.by_reason[reason] += counted
+            self.unreported += counted
+            for test_id in ids:
+                if len(self.cut_short) < NAMED_IDS:
+                    self.cut_short.append(test_id)
+                else:
+                    self.more_cut_short += 1
+        return counted
+
+    def take_unreported(self) -> int:
+        """The count a ``cvdiag.queue_dropped`` line is about to report, now owed no more."""
+        with self._lock:
+            count, self.unreported = self.unreported, 0
+        return count
+
+    def owe(self, count: int) -> None:
+        """A report that could not be written: its count waits for the next one."""
+        with self._lock:
+            self.unreported += count
+
+    def stderr_line(self) -> str | None:
+        """The one line for stderr about losses not yet said, or None; marks them said."""
+        with self._lock:
+            total = sum(self.by_reason.values())
+            if total <= self.said:
+                return None
+            self.said = total
+            reasons = [reason for reason, n in self.by_reason.most_common() if n]
+            why = (
+                reasons[0]
+                if len(reasons) == 1
+                else ", ".join(f"{reason}: {self.by_reason[reason]}" for reason in reasons)
+            )
+            line = f"{total} envelopes not written ({why})"
+            if self.cut_short:
+                more = f" (+{self.more_cut_short} more)" if self.more_cut_short else ""
+                line += f"; test ids without their terminal: {', '.join(self.cut_short)}{more}"
+            return line
+
+
+def _test_id(line: bytes) -> str:
+    """The test id of a terminal's line (rare: only lines that are lost are read)."""
+    start = line.find(b"{")
+    try:
+        value = orjson.loads(line[start:] if start > 0 else line).get("test_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return "?"
+    return value[:128] if isinstance(value, str) else "?"
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a batch's bytes not yet written (the first may be a line's tail)."""
+    return [line for line in data.split(b"\n") if line]
