@@ -53,6 +53,7 @@ SLOW = (
     "tests/test_analysis_fastcheck.py",
     "tests/test_async_libraries.py",
     "tests/test_benchmarks.py",
+    "tests/test_blocking_detector.py",  # a process per case, blockbuster in it
     "tests/test_cli_big_logs.py",
     "tests/test_cli_causes_real.py",
     "tests/test_cli_commands.py",
@@ -85,6 +86,7 @@ SLOW = (
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
+    "tests/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
     "tests/test_stream_silence.py",
@@ -160,6 +162,7 @@ LONGEST = (
     "tests/test_docs_snippets.py",
     "tests/test_benchmarks.py",
     "tests/test_stories.py",
+    "tests/test_shared_log.py",  # about 40 s on a quiet machine: worker processes per case
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",
     "tests/test_examples_offline.py",

@@ -73,6 +73,31 @@ def test_sigterm_writes_everything_queued() -> None:
     assert proc.returncode == -signal.SIGTERM  # the default disposition still ends it
 
 
+def test_what_the_shutdown_bound_leaves_is_counted_and_said() -> None:
+    # Nobody reads stdout until the process has ended: the writer waits for room at most the
+    # shutdown bound, then counts what it left, and says so on stderr in one line.
+    code = HOST.format(count=2000, queue=5000, tail="")
+    code = code.replace("queue_size=5000", "queue_size=5000, shutdown_flush_seconds=0.2")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    assert proc.stdout is not None
+    err = proc.stderr.read()  # ends when the process does: stdout is still unread
+    proc.wait(timeout=30)
+    out = proc.stdout.read()
+    written = [e for e in envelopes(out) if e["boundary"] == "backend.error.caught"]
+    said = [line for line in err.decode().splitlines() if "not written" in line]
+    left = 2000 - len(written)
+    assert said == [f"cvdiag: {left} envelopes not written (reader too slow at shutdown)"]
+    assert 0 < len(written) < 2000
+    assert out.endswith(b"\n")  # the last line whole: the pipe took whole lines or nothing
+
+
 def test_uncaught_exception_still_flushes() -> None:
     proc = spawn(count=2000, queue=5000, tail="raise RuntimeError('host bug')")
     out, err = proc.communicate(timeout=30)

@@ -83,6 +83,9 @@ class QueuedLineSink(LoopDrain, BaseSink):
         self.drop_report: Callable[[int], bytes | None] | None = None
         #: Set while the shutdown bound has run out: a writer waiting for room gives up.
         self._stopping = False
+        #: A blocking stream's write in progress: what of the batch is not written yet, in
+        #: case the write never returns (counted by ``abandon``, which cannot take the lock).
+        self._inflight: bytes | memoryview = b""
         #: A blocking-call detector refused the loop's write: the thread writes from now on.
         self._loop_refused = False
 
@@ -247,7 +250,7 @@ class QueuedLineSink(LoopDrain, BaseSink):
         try:
             held = self._write_lock.acquire(timeout=1.0)
             try:
-                rest, self._rest = self._rest, b""
+                rest, self._rest = self._rest + (b"" if held else bytes(self._inflight)), b""
                 self._lose(AT_SHUTDOWN, [*split_lines(rest), *self._take(len(self._queue))])
                 if held:  # a last report, if the pipe takes it now (never waits)
                     self._report_drops()

@@ -59,19 +59,25 @@ class StdoutSink(QueuedLineSink):
             if not self._write_lock.acquire(blocking=False):
                 return None  # the thread is writing: it takes this line too
             try:
-                close_descriptor(self._fd)
-                self._fd = own_descriptor(stream) if _whole_lines(stream) else None
-                self._stream = stream
+                self._resolve(stream)
             finally:
                 self._write_lock.release()
         return self._fd
 
+    def _resolve(self, stream: object) -> None:
+        """Open the descriptor of cvdiag's own for ``stream`` (under the write lock)."""
+        close_descriptor(self._fd)
+        self._fd = own_descriptor(stream) if _whole_lines(stream) else None
+        self._stream = stream
+
     def _write_bytes(self, data: bytes) -> None:
-        stream = sys.stdout
+        stream: Any = sys.stdout
         if stream is None:
             raise OSError("sys.stdout is None")
         limit = self.atomic_limit()
-        if stream is self._stream and self._fd is not None:
+        if stream is not self._stream:  # the thread too writes on the descriptor of its own,
+            self._resolve(stream)  # where it can wait for room and give up at the bound
+        if self._fd is not None:
             done = write_all(self._fd, data, limit, stopped=lambda: self._stopping)
             if done < len(data):
                 raise Abandoned(data[done:])
@@ -79,7 +85,10 @@ class StdoutSink(QueuedLineSink):
         # Through the host's stream: what it holds first, then each piece flushed alone, so
         # that every write(2) the stream makes carries whole lines within the limit.
         stream.flush()
+        view, at = memoryview(data), 0
         for piece in cut_at(data, limit):
+            self._inflight = view[at:]  # what abandon counts if this write never returns
+            at += len(piece)
             text = piece.decode("utf-8", "replace")
             try:
                 stream.write(text)
@@ -89,6 +98,7 @@ class StdoutSink(QueuedLineSink):
                 # JSON's own \\uXXXX escapes instead, which every encoding can carry.
                 stream.write(_NON_ASCII.sub(_json_escape, text))
             stream.flush()
+        self._inflight = b""
 
 
 def _whole_lines(stream: Any) -> bool:

@@ -1,0 +1,98 @@
+"""Several worker processes on one stdout (issue 34): whole lines, and no silent loss.
+
+Real servers as users deploy them (gunicorn with four ``UvicornWorker`` workers, ``uvicorn
+--workers 4``) at the debug tier, with stdout a file, a pipe read at once, a pipe read slowly,
+and a pipe nobody reads while the load runs (so the workers must drop), stopped with SIGTERM to
+the master, once mid-load. In every case: no torn line, ``validate --strict`` finds nothing
+invalid, and every request either has its whole story or is covered by what the workers said
+they did not write, the counts equal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import cast
+
+import orjson
+import pytest
+
+from tests.support.cli import cvdiag
+from tests.support.workers import Run, Server, Stdout, run_workers
+from tests.support.workers_app import EVENTS
+
+#: A story at the debug tier: ingress, first byte, each event, the terminal.
+STORY = EVENTS + 3
+
+
+def check(run: Run, folder: Path) -> tuple[int, int]:
+    """The run's invariants; returns (envelopes missing, envelopes said not written)."""
+    assert run.torn() == []
+    log = folder / "log"
+    log.write_bytes(run.out)
+    done = cvdiag("validate", "--strict", str(log))
+    assert done.returncode == 0, done.stdout + done.stderr
+    envelopes = run.envelopes()
+    present = Counter(str(e["test_id"]) for e in envelopes if str(e["test_id"]).startswith("w-"))
+    assert set(present) <= set(run.statuses)
+    assert all(count <= STORY for count in present.values())
+    # A request the server answered, or began to, has its whole story or lost part of it.
+    served = {t for t, status in run.statuses.items() if status == 200 or present[t]}
+    missing = sum(STORY - present[t] for t in served)
+    said = run.not_written()
+    assert missing == said, run.err[-2000:]
+    reported = sum(
+        cast("dict[str, int]", e["metadata"])["dropped_count"]
+        for e in envelopes
+        if e["boundary"] == "cvdiag.queue_dropped"
+    )
+    assert reported <= said  # the log says what it could; stderr says it all
+    return missing, said
+
+
+@pytest.mark.parametrize(
+    ("server", "stdout"),
+    [("gunicorn", "file"), ("gunicorn", "pipe"), ("uvicorn", "pipe")],
+)
+def test_every_story_is_whole_when_the_reader_keeps_up(
+    server: Server, stdout: Stdout, tmp_path: Path
+) -> None:
+    run = run_workers(server, stdout, tmp_path, requests=120)
+    assert set(run.statuses.values()) == {200}
+    assert check(run, tmp_path) == (0, 0)
+    # Read back as one log: every test id listed, each with its whole story, healthy.
+    listed = cvdiag("ls", "--json", str(tmp_path / "log"))
+    assert listed.returncode == 0, listed.stderr
+    rows = orjson.loads(listed.stdout)
+    classes = {row["test_id"]: row["flap_class"] for row in rows if row["test_id"].startswith("w-")}
+    assert classes == dict.fromkeys(run.statuses, "healthy")
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_path: Path) -> None:
+    # Nobody reads stdout while 160 requests run: 64 KiB of pipe and 4 x 50 queued lines hold
+    # a fraction of 160 x 11 envelopes, so the workers must drop; then the reader takes 4 KiB
+    # every 20 ms while they shut down.
+    run = run_workers(server, "wedged", tmp_path, requests=160, queue_size=50)
+    assert set(run.statuses.values()) == {200}
+    missing, _ = check(run, tmp_path)
+    assert missing > 0
+    assert "envelopes not written (queue full" in run.err
+    assert "test ids without their terminal: w-" in run.err
+
+
+def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:
+    run = run_workers("gunicorn", "slow", tmp_path, requests=160, sigterm_mid_load=True)
+    assert 200 in run.statuses.values()
+    check(run, tmp_path)
+
+
+def test_the_apps_own_lines_are_never_torn_by_cvdiags(tmp_path: Path) -> None:
+    # The app prints one JSON line per request to the same stdout, read 4 KiB every 20 ms.
+    run = run_workers("gunicorn", "slow", tmp_path, requests=120, app_lines=True, queue_size=50)
+    check(run, tmp_path)
+    app_lines = [line for line in run.lines() if b'"app":"log"' in line]
+    assert len(app_lines) == 120
+    for line in app_lines:
+        assert line.startswith(b'{"app":"log"')
+        assert orjson.loads(line)["test_id"].startswith("w-")
