@@ -800,3 +800,38 @@ def test_provider_empty_names_a_content_filter_or_a_length_cut(
     else:
         assert said in verdict.reason
     assert verdict.evidence["llm_call"]["finish_reasons"] == reasons
+
+
+# --- a story incomplete because of a reported drop (issue 34) ---------------------------------
+
+
+def _incomplete_story(lacks: str) -> Story:
+    story = Story(f"lacks-{lacks}")
+    story.start_ms = 1000.0
+    if lacks != "ingress":
+        story.ingress()
+    if lacks != "first-byte":
+        story.first_byte(2)
+    story.events(3, 1 if lacks == "events" else 3)
+    if lacks != "terminal":
+        story.complete(30, events=3)
+    return story
+
+
+@pytest.mark.parametrize("lacks", ["terminal", "ingress", "first-byte", "events"])
+@pytest.mark.parametrize("dropped", [True, False])
+def test_a_story_lacking_envelopes_a_drop_explains_is_incomplete(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], lacks: str, dropped: bool
+) -> None:
+    """Never healthy, never a cause that rests on what is absent; without a drop the log
+    reports, what is absent was never written, and the rules decide as before."""
+    story = _incomplete_story(lacks)
+    lines = [*story.lines(), *([_drop_report(story, 20, 4)] if dropped else [])]
+    log = tmp_path / "backend.log"
+    log.write_text("\n".join(sorted(lines, key=lambda x: str(json.loads(x[7:])["ts"]))) + "\n")
+    verdict = _classify_file(log, story.test_id, capfd)
+    if dropped:
+        assert verdict["flap_class"] == "incomplete", verdict["reason"]
+        assert "the story is incomplete" in str(verdict["reason"])
+    else:
+        assert verdict["flap_class"] != "incomplete"

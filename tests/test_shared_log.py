@@ -79,6 +79,13 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
     assert missing > 0
     assert "envelopes not written (queue full" in run.err
     assert "test ids without their terminal: w-" in run.err
+    # A story the drops cut short is said to be incomplete, never healthy.
+    present = Counter(str(e["test_id"]) for e in run.envelopes())
+    cut = sorted(t for t, n in present.items() if t.startswith("w-") and n < STORY)[:3]
+    assert cut
+    for test_id in cut:
+        done = cvdiag("classify", test_id, str(tmp_path / "log"), "--json")
+        assert orjson.loads(done.stdout)["flap_class"] == "incomplete", done.stdout
 
 
 def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:

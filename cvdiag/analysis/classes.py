@@ -18,6 +18,7 @@ CLASSES: Final = (
     "slow-first-token",
     "provider-empty",
     "client-abort",
+    "incomplete",
     "healthy",
     "unclassified",
 )

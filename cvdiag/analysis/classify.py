@@ -17,8 +17,12 @@ The facts of a test id are gathered envelope by envelope (``facts.Facts``); the 
    passed the timeout.
 7. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.
 8. ``client-abort`` – the client went away while no LLM call was waiting.
-9. ``healthy`` – every request completed ok.
-10. ``unclassified`` – none of the above.
+9. ``incomplete`` – the log reports envelopes dropped while the story was written, and the
+   story visibly lacks some (no terminal; an ingress, a first byte or SSE events missing):
+   instead of ``healthy``, ``unclassified`` or a class that rests on what is absent (5 to 7),
+   which the drop may explain.
+10. ``healthy`` – every request completed ok.
+11. ``unclassified`` – none of the above.
 
 A class that needs envelopes of a higher tier than the log holds cannot be ruled out; the
 verdict then carries a ``caveat`` naming them, beside the class the log still supports.
@@ -50,6 +54,7 @@ NEEDS: Final[dict[str, Tier]] = {
     "slow-first-token": Tier.VERBOSE,
     "provider-empty": Tier.VERBOSE,
     "client-abort": Tier.DEFAULT,
+    "incomplete": Tier.DEFAULT,
     "healthy": Tier.DEFAULT,
     "unclassified": Tier.DEFAULT,
 }
@@ -114,8 +119,38 @@ def classify(facts: Facts, *, first_token_timeout: float = DEFAULT_FIRST_TOKEN_T
     for name, rule in _RULES:
         found = rule(ctx)
         if found.reasons:
+            if name in _FROM_ABSENCE and (lacking := _incomplete(facts)):
+                return _verdict(ctx, "incomplete", lacking, Finding())
             return _verdict(ctx, name, "; ".join(found.reasons), found)
+    if lacking := _incomplete(facts):
+        return _verdict(ctx, "incomplete", lacking, Finding())
     return _verdict(ctx, "unclassified", waiting.unclassified(ctx), Finding())
+
+
+#: Classes that rest on envelopes being absent (a response, a byte, an event): a drop the log
+#: reports may be why they are, so a visibly incomplete story is not given them.
+_FROM_ABSENCE: Final = frozenset(
+    {"stalled-backend", "slow-first-token", "provider-empty", "healthy"}
+)
+
+
+def _incomplete(facts: Facts) -> str:
+    """How a story written while the log reports drops visibly lacks envelopes; "" when it does
+    not, or when no drop is reported (then what is absent was never written)."""
+    if not facts.dropped:
+        return ""
+    terminals = facts.completion_count + facts.abort_count
+    if not terminals:
+        lacking = "it has no terminal"
+    elif facts.tier >= Tier.VERBOSE and facts.ingresses < terminals:
+        lacking = "a request's ingress is missing"
+    elif facts.tier >= Tier.VERBOSE and facts.events_said and facts.first_byte is None:
+        lacking = "its first byte is missing"
+    elif facts.tier >= Tier.DEBUG and facts.sse_events < facts.events_said:
+        lacking = f"{facts.events_said - facts.sse_events:g} of its SSE events are missing"
+    else:
+        return ""
+    return f"the story is incomplete: {lacking}, no cause is named from what is absent"
 
 
 def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:

@@ -117,6 +117,9 @@ class Facts:
     #: written, and those reports: the story may lack them (see ``add_drops``).
     dropped: int = 0
     drop_refs: list[Ref] = dataclasses.field(default_factory=list)
+    #: ``backend.sse.event`` envelopes present, and the events the terminals say were sent.
+    sse_events: int = 0
+    events_said: float = 0
     #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
     #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
     lean: bool = False
@@ -145,6 +148,7 @@ class Facts:
         if edges:
             self._add_edges(record, boundary, edges)
         if boundary == "backend.sse.event":
+            self.sse_events += 1
             if not self.aborts:
                 self.last_event_key = record.key
             self._quiet_from, self._sent_unknown = record.key, False
@@ -235,6 +239,7 @@ class Facts:
             number(meta.get("sse_event_count")),
         )
         self.completion_count += 1
+        self.events_said += done.events or 0
         self._at_end(done.ref, record.envelope.get("duration_ms"))
         self.first_completion = self.first_completion or done
         self.last_completion = done

@@ -92,6 +92,7 @@ class Style:
 CLASS_COLORS: Final = {
     "healthy": ("green",),
     "client-abort": ("yellow",),
+    "incomplete": ("magenta",),
     "unclassified": ("magenta",),
 }
 

@@ -19,6 +19,7 @@ BADGES: Final = {
     "slow-first-token": "◔",
     "provider-empty": "○",
     "client-abort": "↩",
+    "incomplete": "◌",
     "healthy": "✓",
     "unclassified": "?",
 }
