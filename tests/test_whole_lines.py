@@ -87,3 +87,14 @@ def test_the_debug_cap_fits_a_pipe(
         assert verbose.byte_cap == min(4096, cap)
     finally:
         stream.close()
+
+
+def test_a_file_sink_on_a_named_pipe_caps_lines_to_fit(tmp_path: Path) -> None:
+    from cvdiag import FileSink
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    emitter = Emitter(Settings(enabled=True, tier=Tier.DEBUG), sinks=[FileSink(fifo)])
+    assert emitter.byte_cap == PIPE_BUF - 8
+    regular = Emitter(Settings(enabled=True, tier=Tier.DEBUG), sinks=[FileSink(tmp_path / "f")])
+    assert regular.byte_cap == 16384

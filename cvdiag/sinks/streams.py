@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from typing import IO, Any
 
 from cvdiag.core.guard import record_failure
 from cvdiag.sinks.descriptor import (
+    PIPE_BUF,
     close_descriptor,
     cut_at,
     own_descriptor,
@@ -101,6 +103,15 @@ class StdoutSink(QueuedLineSink):
         self._inflight = b""
 
 
+def _path_limit(path: str) -> int | None:
+    """``PIPE_BUF`` for a path that exists and is not a regular file, else None."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # not there yet: a regular file is about to be made
+        return None
+    return None if regular else PIPE_BUF
+
+
 def _whole_lines(stream: Any) -> bool:
     """Whether the host's own writes reach the descriptor as whole lines: unbuffered
     (``PYTHONUNBUFFERED=1``, as most container images set) or line-buffered (a terminal).
@@ -119,7 +130,9 @@ class FileSink(QueuedLineSink):
         super().__init__(queue_size=queue_size)
         self.path = os.fspath(path)
         self._file: IO[bytes] | None = None
-        self._limit: int | None = None
+        #: Known before the first write, so that the emitter's cap fits a named pipe (a path
+        #: such as /dev/stdout); asked again of the file once it is open.
+        self._limit: int | None = _path_limit(self.path)
 
     def atomic_limit(self) -> int | None:
         return self._limit  # a regular file's None, or PIPE_BUF for a named pipe
