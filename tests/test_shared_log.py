@@ -58,7 +58,7 @@ def test_every_story_is_whole_when_the_reader_keeps_up(
     server: Server, stdout: Stdout, tmp_path: Path
 ) -> None:
     run = run_workers(server, stdout, tmp_path, requests=120)
-    assert set(run.statuses.values()) == {200}
+    assert set(run.statuses.values()) == {200}, run.errors[:5]
     assert check(run, tmp_path) == (0, 0)
     # Read back as one log: every test id listed, each with its whole story, healthy.
     listed = cvdiag("ls", "--json", str(tmp_path / "log"))
@@ -74,7 +74,7 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
     # a fraction of 160 x 11 envelopes, so the workers must drop; then the reader takes 4 KiB
     # every 20 ms while they shut down.
     run = run_workers(server, "wedged", tmp_path, requests=160, queue_size=50)
-    assert set(run.statuses.values()) == {200}
+    assert set(run.statuses.values()) == {200}, run.errors[:5]
     missing, _ = check(run, tmp_path)
     assert missing > 0
     assert "envelopes not written (queue full" in run.err
@@ -97,6 +97,7 @@ def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:
 def test_the_apps_own_lines_are_never_torn_by_cvdiags(tmp_path: Path) -> None:
     # The app prints one JSON line per request to the same stdout, read 4 KiB every 20 ms.
     run = run_workers("gunicorn", "slow", tmp_path, requests=120, app_lines=True, queue_size=50)
+    assert set(run.statuses.values()) == {200}, run.errors[:5]
     check(run, tmp_path)
     app_lines = [line for line in run.lines() if b'"app":"log"' in line]
     assert len(app_lines) == 120

@@ -40,6 +40,8 @@ class Run:
     err: str
     #: The status each test id got, or 0 where the request failed (the server went away).
     statuses: dict[str, int] = field(default_factory=dict)
+    #: What the client saw go wrong, per failed request.
+    errors: list[str] = field(default_factory=list)
 
     def lines(self) -> list[bytes]:
         return [line for line in self.out.split(b"\n") if line]
@@ -85,7 +87,9 @@ def run_workers(
         PYTHON_ENV="test",
         PYTHONUNBUFFERED="1",
         CVDIAG_QUEUE_SIZE=str(queue_size),
-        CVDIAG_SHUTDOWN_FLUSH_SECONDS="2",
+        # Short where the reader is slow, so that the bound is reached and what it leaves is
+        # said; long where it keeps up, so that a busy machine cannot make it run out.
+        CVDIAG_SHUTDOWN_FLUSH_SECONDS="2" if stdout in ("slow", "wedged") else "30",
         APP_LINES="1" if app_lines else "0",
     )
     app = "tests.support.workers_app:app"
@@ -97,6 +101,7 @@ def run_workers(
         cmd += ["--log-level", "warning"]
     err_path = folder / "stderr"
     reader: _Reader | None = None
+    errors: list[str] = []
     with open(err_path, "wb") as err:
         if stdout == "file":
             out_path = folder / "stdout"
@@ -111,7 +116,7 @@ def run_workers(
         _until_listening(port, server)
         half = (requests // 2) if sigterm_mid_load else None
         stop = functools.partial(proc.send_signal, signal.SIGTERM)
-        statuses = asyncio.run(_load(port, requests, half, stop))
+        statuses = asyncio.run(_load(port, requests, half, stop, errors))
         if reader is not None:
             reader.go.set()
         if not sigterm_mid_load:
@@ -122,7 +127,7 @@ def run_workers(
             proc.kill()
             proc.wait()
     out_bytes = reader.finish() if reader is not None else (folder / "stdout").read_bytes()
-    return Run(out_bytes, err_path.read_text(errors="replace"), statuses)
+    return Run(out_bytes, err_path.read_text(errors="replace"), statuses, errors)
 
 
 class _Reader:
@@ -154,11 +159,13 @@ class _Reader:
 
 
 async def _load(
-    port: int, requests: int, half: int | None, stop: Callable[[], None]
+    port: int, requests: int, half: int | None, stop: Callable[[], None], errors: list[str]
 ) -> dict[str, int]:
     statuses: dict[str, int] = {}
     gate = asyncio.Semaphore(32)
-    limits = httpx.Limits(max_connections=32)
+    # A connection per request: a kept-alive one the server closes as the client reuses it
+    # (its keep-alive timeout passing on a busy machine) fails a request that never arrived.
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits) as client:
 
         async def one(i: int) -> None:
@@ -167,8 +174,9 @@ async def _load(
                 try:
                     response = await client.get("/sse", headers={"x-test-id": test_id}, timeout=60)
                     statuses[test_id] = response.status_code
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
                     statuses[test_id] = 0
+                    errors.append(f"{test_id}: {exc!r}")
             if half is not None and len(statuses) == half:
                 stop()
 
