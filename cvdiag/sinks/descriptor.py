@@ -83,11 +83,14 @@ def write_lines(fd: int, data: bytes, limit: int | None) -> int:
     """Write ``data`` in pieces of whole lines within ``limit`` until the descriptor is full;
     the bytes written. A piece the kernel took in part (a regular file or a terminal, never a
     pipe) ends the call: its rest must go out before anything else."""
-    done = 0
     size = len(data)
+    if limit is None or size <= limit:  # one write: a regular file's batch, a short one
+        return write_some(fd, data)
+    done = 0
+    view = memoryview(data)
     while done < size:
         piece = _piece_at(data, done, limit)
-        written = write_some(fd, memoryview(data)[done : done + piece])
+        written = write_some(fd, view[done : done + piece])
         done += written
         if written < piece:
             break
