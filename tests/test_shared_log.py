@@ -86,6 +86,10 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
     for test_id in cut:
         done = cvdiag("classify", test_id, str(tmp_path / "log"), "--json")
         assert orjson.loads(done.stdout)["flap_class"] == "incomplete", done.stdout
+    page = tmp_path / "page.html"
+    done = cvdiag("report", str(tmp_path / "log"), "-o", str(page), "--test-id", cut[0])
+    assert done.returncode == 0, done.stderr
+    assert 'class="badge c-incomplete"' in page.read_text()
 
 
 def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:
