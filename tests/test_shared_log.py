@@ -87,7 +87,7 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
         done = cvdiag("classify", test_id, str(tmp_path / "log"), "--json")
         assert orjson.loads(done.stdout)["flap_class"] == "incomplete", done.stdout
     page = tmp_path / "page.html"
-    done = cvdiag("report", str(tmp_path / "log"), "-o", str(page), "--test-id", cut[0])
+    done = cvdiag("report", str(tmp_path / "log"), "-o", str(page))
     assert done.returncode == 0, done.stderr
     assert 'class="badge c-incomplete"' in page.read_text()
 
