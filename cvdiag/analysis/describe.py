@@ -113,7 +113,8 @@ def _error(m: Meta) -> str:
 
 
 def _queue_dropped(m: Meta) -> str:
-    return f"{text(m.get('dropped_count'), 12)} envelopes dropped by a full queue"
+    # A full queue, a failed write or the shutdown bound: the workers' stderr says which.
+    return f"{text(m.get('dropped_count'), 12)} envelopes dropped, not written"
 
 
 def _purge(m: Meta) -> str:
