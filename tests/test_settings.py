@@ -85,6 +85,7 @@ def test_refusal_is_said_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> N
                 "CVDIAG_VERBOSE",
                 "CVDIAG_HEARTBEAT_INTERVAL",
                 "CVDIAG_QUEUE_SIZE",
+                "CVDIAG_SHUTDOWN_FLUSH_SECONDS",
                 "CVDIAG_OTEL",
                 "PYTHON_ENV",
                 "SHOWCASE_ENV",
@@ -97,6 +98,7 @@ def test_misconfiguration_never_raises(env: dict[str, str]) -> None:
     settings = Settings.from_env(env)
     assert settings.heartbeat_interval > 0
     assert settings.queue_size >= 1
+    assert 0 < settings.shutdown_flush_seconds < float("inf")
 
 
 def test_numeric_variables() -> None:
@@ -105,6 +107,8 @@ def test_numeric_variables() -> None:
     assert settings.queue_size == 10
     bad = Settings.from_env({"CVDIAG_HEARTBEAT_INTERVAL": "-1", "CVDIAG_QUEUE_SIZE": "x"})
     assert (bad.heartbeat_interval, bad.queue_size) == (10.0, 5000)
+    assert Settings.from_env({"CVDIAG_SHUTDOWN_FLUSH_SECONDS": "0.5"}).shutdown_flush_seconds == 0.5
+    assert Settings.from_env({"CVDIAG_SHUTDOWN_FLUSH_SECONDS": "-2"}).shutdown_flush_seconds == 5.0
 
 
 def test_frozen_and_keyword_only() -> None:
@@ -157,6 +161,7 @@ _TWICE = "from cvdiag import Settings\nSettings.from_env(); Settings.from_env()"
         ("CVDIAG_VERBOSE", "maybe", ("not recognised",)),
         ("CVDIAG_HEARTBEAT_INTERVAL", "-1", ("positive number", "default 10")),
         ("CVDIAG_QUEUE_SIZE", "lots", ("positive whole number",)),
+        ("CVDIAG_SHUTDOWN_FLUSH_SECONDS", "soon", ("positive number", "default 5")),
         ("CVDIAG_VERBOS", "1", ("not a cvdiag variable", "CVDIAG_VERBOSE")),
     ],
 )
