@@ -81,15 +81,21 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
     assert "test ids without their terminal: w-" in run.err
     # A story the drops cut short is said to be incomplete, never healthy.
     present = Counter(str(e["test_id"]) for e in run.envelopes())
-    cut = sorted(t for t, n in present.items() if t.startswith("w-") and n < STORY)[:3]
+    cut = sorted(t for t, n in present.items() if t.startswith("w-") and n < STORY)
     assert cut
+    listed = orjson.loads(cvdiag("ls", "--json", str(tmp_path / "log")).stdout)
+    classes = {row["test_id"]: row["flap_class"] for row in listed}
+    assert {classes[t] for t in cut} == {"incomplete"}
+    assert {classes[t] for t in present if t.startswith("w-") and t not in cut} == {"healthy"}
+    cut = cut[:3]
     for test_id in cut:
         done = cvdiag("classify", test_id, str(tmp_path / "log"), "--json")
         assert orjson.loads(done.stdout)["flap_class"] == "incomplete", done.stdout
-    page = tmp_path / "page.html"
-    done = cvdiag("report", str(tmp_path / "log"), "-o", str(page))
-    assert done.returncode == 0, done.stderr
-    assert 'class="badge c-incomplete"' in page.read_text()
+    for only in ([], ["--test-id", cut[0]]):  # the drop reports are read either way
+        page = tmp_path / "page.html"
+        done = cvdiag("report", str(tmp_path / "log"), "-o", str(page), *only)
+        assert done.returncode == 0, done.stderr
+        assert 'class="badge c-incomplete"' in page.read_text()
 
 
 def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:

@@ -119,38 +119,41 @@ def classify(facts: Facts, *, first_token_timeout: float = DEFAULT_FIRST_TOKEN_T
     for name, rule in _RULES:
         found = rule(ctx)
         if found.reasons:
-            if name in _FROM_ABSENCE and (lacking := _incomplete(facts)):
-                return _verdict(ctx, "incomplete", lacking, Finding())
+            if name in FROM_ABSENCE and (why := _incomplete(facts)):
+                return _verdict(ctx, "incomplete", why, Finding())
             return _verdict(ctx, name, "; ".join(found.reasons), found)
-    if lacking := _incomplete(facts):
-        return _verdict(ctx, "incomplete", lacking, Finding())
+    if why := _incomplete(facts):
+        return _verdict(ctx, "incomplete", why, Finding())
     return _verdict(ctx, "unclassified", waiting.unclassified(ctx), Finding())
 
 
 #: Classes that rest on envelopes being absent (a response, a byte, an event): a drop the log
 #: reports may be why they are, so a visibly incomplete story is not given them.
-_FROM_ABSENCE: Final = frozenset(
-    {"stalled-backend", "slow-first-token", "provider-empty", "healthy"}
+FROM_ABSENCE: Final = frozenset(
+    {"stalled-backend", "slow-first-token", "provider-empty", "healthy", "unclassified"}
 )
 
 
 def _incomplete(facts: Facts) -> str:
     """How a story written while the log reports drops visibly lacks envelopes; "" when it does
     not, or when no drop is reported (then what is absent was never written)."""
-    if not facts.dropped:
-        return ""
+    return lacking(facts) if facts.dropped else ""
+
+
+def lacking(facts: Facts) -> str:
+    """How a story visibly lacks envelopes, whatever the log reports; "" when it does not."""
     terminals = facts.completion_count + facts.abort_count
     if not terminals:
-        lacking = "it has no terminal"
+        what = "it has no terminal"
     elif facts.tier >= Tier.VERBOSE and facts.ingresses < terminals:
-        lacking = "a request's ingress is missing"
+        what = "a request's ingress is missing"
     elif facts.tier >= Tier.VERBOSE and facts.events_said and facts.first_byte is None:
-        lacking = "its first byte is missing"
+        what = "its first byte is missing"
     elif facts.tier >= Tier.DEBUG and facts.sse_events < facts.events_said:
-        lacking = f"{facts.events_said - facts.sse_events:g} of its SSE events are missing"
+        what = f"{facts.events_said - facts.sse_events:g} of its SSE events are missing"
     else:
         return ""
-    return f"the story is incomplete: {lacking}, no cause is named from what is absent"
+    return f"the story is incomplete: {what}, no cause is named from what is absent"
 
 
 def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:

@@ -7,7 +7,7 @@ import math
 import struct
 from typing import Any, Final
 
-from cvdiag.analysis.classify import classify
+from cvdiag.analysis.classify import FROM_ABSENCE, classify, lacking
 from cvdiag.analysis.facts import Facts
 from cvdiag.analysis.timeline import Clock
 
@@ -24,9 +24,9 @@ def status(facts: Facts) -> str:
 
 
 #: The figures of a row after its sort key: requests, envelopes, duration (NaN for none), LLM
-#: calls, and the class, status, slug, log tier and caveat ("" for none) as indexes into
-#: ``Rows.texts``.
-_FIGURES: Final = struct.Struct(">QQdIIIIII")
+#: calls, and the class, status, slug, log tier, caveat ("" for none) and the class where the
+#: log reports drops as indexes into ``Rows.texts``.
+_FIGURES: Final = struct.Struct(">QQdIIIIIII")
 
 
 class Rows:
@@ -39,6 +39,10 @@ class Rows:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
+        #: Set once the log is read, if it reports drops: a row whose story visibly lacks
+        #: envelopes is then ``incomplete`` (the drop reports come after the stories they cut,
+        #: so a row is folded before they are known: it keeps both classes).
+        self.drops_reported = False
         self.texts: list[str] = []
         self._index: dict[str, int] = {}
 
@@ -51,6 +55,7 @@ class Rows:
 
     def fold(self, order: int, slug: str, facts: Facts) -> bytes:
         verdict = classify(facts, first_token_timeout=self.timeout)
+        cut = verdict.flap_class in FROM_ABSENCE and lacking(facts)
         first, last = facts.first, facts.last
         duration = None
         if first is not None and last is not None:  # from the first request's start
@@ -75,6 +80,7 @@ class Rows:
                     # Kept whole, not as a flag: a caveat's words depend only on the log's tier
                     # and the classes it could not check, so few distinct texts are interned.
                     self._text(verdict.caveat or ""),
+                    self._text("incomplete" if cut else verdict.flap_class),
                 ),
                 bytes((len(ts),)),
             )
@@ -91,17 +97,18 @@ class Rows:
         return row[: row[-1]].decode()
 
     def flap_class(self, row: bytes) -> str:
-        index: int = _FIGURES.unpack_from(row, row[-1] + 13)[4]
+        figures = _FIGURES.unpack_from(row, row[-1] + 13)
+        index: int = figures[9] if self.drops_reported else figures[4]
         return self.texts[index]
 
     def row(self, test_id: str, row: bytes) -> dict[str, Any]:
         size = row[-1]
-        requests, count, duration, calls, flap_class, said, slug, tier, caveat = (
+        requests, count, duration, calls, flap_class, said, slug, tier, caveat, if_cut = (
             _FIGURES.unpack_from(row, size + 13)
         )
         return {
             "test_id": test_id,
-            "flap_class": self.texts[flap_class],
+            "flap_class": self.texts[if_cut if self.drops_reported else flap_class],
             "requests": requests,
             "status": self.texts[said],
             "duration_ms": None if math.isnan(duration) else duration,

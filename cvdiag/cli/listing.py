@@ -43,6 +43,7 @@ def ls(args: argparse.Namespace) -> int:
                 seen.add(record)
     args.progress.done()
     malformed.finish()
+    rows.drops_reported = dropped > 0
     if dropped:
         _warn(
             f"the log reports {dropped} envelope(s) dropped (cvdiag.queue_dropped): some"

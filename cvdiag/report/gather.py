@@ -109,7 +109,17 @@ def gather(
                     continue
                 seen.add(record)
     folded = seen.finish()
+    if only is not None:  # the first read kept only those test ids: the drop reports, apart
+        with Inputs(files) as again:
+            for source in again:
+                source.numbered = False
+                for record in records(source, _ignored, needle=DROPPED.encode()):
+                    count = record.envelope["metadata"].get("dropped_count")
+                    if record.envelope["boundary"] == DROPPED and len(drops) < MAX_DROP_REPORTS:
+                        dropped += count if type(count) is int and count > 0 else 0
+                        drops.append(record)
     drops.sort(key=_key)
+    rows.drops_reported = dropped > 0
     failed: list[dict[str, Any]] = []
     healthy: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
