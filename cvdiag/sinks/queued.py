@@ -238,6 +238,8 @@ class QueuedLineSink(LoopDrain, BaseSink):
     def _report_drops(self) -> None:
         """Write one ``cvdiag.queue_dropped`` line for the drops not yet reported. A report that
         cannot be written keeps its count for the next attempt, so no drop goes unreported."""
+        if not self.losses.unreported:
+            return
         count, report = self._drop_report()
         if report:
             self._write_counted(report, count)

@@ -84,23 +84,31 @@ class StdoutSink(QueuedLineSink):
             if done < len(data):
                 raise Abandoned(data[done:])
             return
-        # Through the host's stream: what it holds first, then each piece flushed alone, so
-        # that every write(2) the stream makes carries whole lines within the limit.
-        stream.flush()
-        view, at = memoryview(data), 0
-        for piece in cut_at(data, limit):
-            self._inflight = view[at:]  # what abandon counts if this write never returns
-            at += len(piece)
-            text = piece.decode("utf-8", "replace")
-            try:
-                stream.write(text)
-            except UnicodeEncodeError:
-                # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a
-                # latin-1 console) would lose the whole batch over one accented name: write
-                # JSON's own \\uXXXX escapes instead, which every encoding can carry.
-                stream.write(_NON_ASCII.sub(_json_escape, text))
+        if limit is None:  # a regular file (or no descriptor): the batch in one write
+            self._inflight = data
+            _write_text(stream, data)
+        else:
+            # Through the host's stream: what it holds first, then each piece flushed alone,
+            # so that every write(2) the stream makes carries whole lines within the limit.
             stream.flush()
+            view, at = memoryview(data), 0
+            for piece in cut_at(data, limit):
+                self._inflight = view[at:]  # what abandon counts if this write never returns
+                at += len(piece)
+                _write_text(stream, piece)
         self._inflight = b""
+
+
+def _write_text(stream: Any, data: bytes) -> None:
+    text = data.decode("utf-8", "replace")
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        # A stdout that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
+        # console) would lose the whole batch over one accented name: write JSON's own
+        # \\uXXXX escapes instead, which every encoding can carry.
+        stream.write(_NON_ASCII.sub(_json_escape, text))
+    stream.flush()
 
 
 def _path_limit(path: str) -> int | None:
