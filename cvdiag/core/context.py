@@ -6,8 +6,9 @@ so scopes and outbound calls find their request without being handed it.
 
 from __future__ import annotations
 
+import contextlib
 from contextvars import ContextVar, Token
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 
 class RequestContext(NamedTuple):
@@ -67,3 +68,43 @@ def set_context(context: RequestContext | None) -> Token[RequestContext | None]:
 
 def reset_context(token: Token[RequestContext | None]) -> None:
     _CURRENT.reset(token)
+
+
+class RunLink(NamedTuple):
+    """Work that runs outside its request under an adopted test id (``cvdiag.adopt_test_id``,
+    or a LangGraph run's config): the run it belongs to, as its start envelopes name it, and the
+    state of the request that created it when that request ran in this process, so a call that
+    outlives it says by how much (``after_request_end_ms``)."""
+
+    run_id: str | None = None
+    thread_id: str | None = None
+    origin: RequestState | None = None
+
+
+_RUN: ContextVar[RunLink | None] = ContextVar("cvdiag_run_link", default=None)
+
+#: The state of the latest requests that sent a test id, by that id: adopted elsewhere (a
+#: worker's task, a job), the id finds the request that started the work. Bounded: a request
+#: costs one dict store, and the oldest entry goes first.
+_BY_TEST_ID: dict[str, RequestState] = {}
+REMEMBERED_MAX: Final = 4096
+
+
+def remember_request(test_id: str, state: RequestState) -> None:
+    """Note that the request sending ``test_id`` has ``state`` (the latest one wins)."""
+    _BY_TEST_ID.pop(test_id, None)
+    _BY_TEST_ID[test_id] = state
+    keep_bounded(_BY_TEST_ID, REMEMBERED_MAX)
+
+
+def keep_bounded(store: dict[Any, Any], limit: int) -> None:
+    """Drop ``store``'s oldest entry once it holds more than ``limit``."""
+    if len(store) > limit:
+        # Another thread may take the same oldest entry first: either way one goes.
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+            del store[next(iter(store))]
+
+
+def request_for(test_id: str) -> RequestState | None:
+    """The state of the latest request in this process that sent ``test_id``, if remembered."""
+    return _BY_TEST_ID.get(test_id)

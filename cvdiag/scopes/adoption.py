@@ -1,0 +1,262 @@
+"""``adopt_test_id``: a test id, and the trace it belongs to, carried into work outside its request.
+
+The middleware's context flows into the tasks and threads a request itself starts, but not into
+work a queue hands to a worker: a LangGraph server's runs (each one a task its worker creates),
+Celery / arq / RQ jobs, a consumer's messages. There the code holds the id as a value (a header
+copied into a run's config, a job's payload) and adopts it for a block, a task or a function,
+with the middleware's guarantees: scrubbed and bounded like an inbound id, reset afterwards, and,
+being a context variable, never seen by another task.
+
+A LangGraph run needs no code at all: a scope (or an instrumented client's LLM call) begun outside
+any request looks at the LangChain run config current there (``langchain_core`` sets one around
+every node), and adopts its ``configurable["x-test-id"]`` (LangGraph copies the request's
+``x-*`` headers listed in ``langgraph.json``'s ``configurable_headers`` there), naming the run by
+its ``run_id`` and ``thread_id`` (``outside_request``).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from contextvars import Token
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from cvdiag.core.context import (
+    _CURRENT,
+    _RUN,
+    RequestContext,
+    RunLink,
+    keep_bounded,
+    request_for,
+)
+from cvdiag.core.guard import record_failure
+from cvdiag.pipeline import emitter as _emitters
+from cvdiag.pipeline.emitter import Emitter, get_emitter
+from cvdiag.schema.ids import adopt_test_id as adopted_id
+from cvdiag.schema.ids import join_key, new_uuid7, sanitize_slug
+from cvdiag.scopes.forms import decorate
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_Tokens = tuple[Token[RequestContext | None], Token[RunLink | None]]
+
+#: Where LangChain keeps the config of the runnable running now (a ContextVar it sets around
+#: every node and model call). Looked up in ``sys.modules`` only: cvdiag never imports it.
+_CONFIG_MODULE: Final = "langchain_core.runnables.config"
+#: The configurable key LangGraph copies the ``x-test-id`` request header to.
+TEST_ID_KEY: Final = "x-test-id"
+#: Contexts adopted from run configs, by (test id, run, thread): every scope of one run shares
+#: one trace id. Bounded; the oldest goes first.
+_FROM_CONFIG: dict[tuple[str, str | None, str | None], tuple[RequestContext, RunLink]] = {}
+_FROM_CONFIG_MAX: Final = 1024
+
+
+def run_key(raw: object) -> str | None:
+    """A run or thread id as a join key (scrubbed, ``[a-z0-9._-]``, at most 128 characters);
+    None for anything but a string, bytes or a UUID (an object's ``str`` is the host's code)."""
+    if isinstance(raw, uuid.UUID):
+        return str(raw)
+    if isinstance(raw, (str, bytes)):
+        return join_key(raw)
+    return None
+
+
+def run_metadata(link: RunLink | None) -> dict[str, str | None]:
+    """The keys a start envelope names its run with; none outside a run."""
+    if link is None or (link.run_id is None and link.thread_id is None):
+        return {}
+    return {"run_id": link.run_id, "thread_id": link.thread_id}
+
+
+class AdoptedTestId:
+    """A test id adopted for a block (``with`` / ``async with``) or each call of a decorated
+    function: inside, ``current_context()`` carries it, and scopes, LLM calls, heartbeats and
+    instrumented clients use it as they use a request's.
+
+    ``test_id`` is read as the middleware reads the ``x-test-id`` header (a UUIDv7 kept, anything
+    else scrubbed into a join key, at most 128 characters); None or nothing usable mints a fresh
+    one, so the block's envelopes still join each other. ``trace_id`` defaults to the current
+    context's when it has the same test id, else a fresh one. ``run_id`` and ``thread_id`` name
+    the run on the start envelopes begun inside (``backend.agent.enter``,
+    ``backend.llm.call.start``). When the request that sent the id ran in this process, an LLM
+    call that ends after its terminal says by how much (``after_request_end_ms``).
+    """
+
+    #: The adopted context while entered (None outside, or with cvdiag off).
+    context: RequestContext | None = None
+    _link: RunLink | None = None
+    _tokens: _Tokens | None = None
+    _depth: int = 0
+
+    def __init__(
+        self,
+        test_id: str | bytes | None,
+        *,
+        trace_id: str | bytes | None = None,
+        slug: str | bytes | None = None,
+        run_id: str | bytes | uuid.UUID | None = None,
+        thread_id: str | bytes | uuid.UUID | None = None,
+    ) -> None:
+        self.test_id = test_id
+        self.trace_id = trace_id
+        self.slug = slug
+        self.run_id = run_id
+        self.thread_id = thread_id
+
+    def __repr__(self) -> str:
+        return f"adopt_test_id({self.context.test_id if self.context else '…'!r})"
+
+    def _copy(self) -> AdoptedTestId:
+        return AdoptedTestId(
+            self.test_id,
+            trace_id=self.trace_id,
+            slug=self.slug,
+            run_id=self.run_id,
+            thread_id=self.thread_id,
+        )
+
+    def _begin(self) -> bool:
+        emitter = _emitters._REQUEST_EMITTER.get() or _emitters._emitter
+        if emitter is not None and not emitter.enabled:
+            return False  # the one check adopting costs while cvdiag is off
+        emitter = emitter or get_emitter()
+        test_id = adopted_id(self.test_id)
+        outer = _CURRENT.get()
+        same = outer is not None and outer.test_id == test_id
+        trace = join_key(self.trace_id) if self.trace_id is not None else None
+        if trace is None:
+            trace = outer.trace_id if same and outer is not None else emitter.new_trace_id()
+        slug = sanitize_slug(self.slug) if self.slug is not None else None
+        self.context = RequestContext(
+            test_id=test_id,
+            trace_id=trace,
+            slug=slug or (outer.slug if outer is not None else "unknown"),
+            demo=outer.demo if outer is not None else "default",
+            # Adopted where the request's own context already is (a BackgroundTasks task):
+            # what follows still hangs under the request's span.
+            span_id=outer.span_id if same and outer is not None else None,
+        )
+        self._link = RunLink(run_key(self.run_id), run_key(self.thread_id), request_for(test_id))
+        return True
+
+    # -- the steps a decorator form runs (cvdiag/scopes/forms.py) ---------------------------
+
+    def _begin_guarded(self) -> bool:
+        try:
+            return self._begin()
+        except Exception as exc:
+            record_failure("scopes", exc)
+            return False
+
+    def _install_guarded(self) -> _Tokens | None:
+        try:
+            return _CURRENT.set(self.context), _RUN.set(self._link)
+        except Exception as exc:
+            record_failure("scopes", exc)
+            return None
+
+    @staticmethod
+    def _uninstall(tokens: _Tokens | None) -> None:
+        if tokens is None:
+            return
+        current, run = tokens
+        try:
+            _RUN.reset(run)
+            _CURRENT.reset(current)
+        except Exception as exc:  # reset in another Context (an object misused across tasks)
+            record_failure("scopes", exc)
+
+    def _end_guarded(self, exc: BaseException | None) -> None:
+        """Nothing to emit: adopting is a context, not a boundary."""
+
+    # -- with / async with / decorator -------------------------------------------------------
+
+    def __enter__(self) -> AdoptedTestId:
+        self._depth += 1
+        if self._depth > 1:
+            record_failure("scopes", "adopt_test_id entered again while live; ignored")
+        elif self._begin_guarded():
+            self._tokens = self._install_guarded()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            tokens, self._tokens = self._tokens, None
+            self._uninstall(tokens)
+
+    async def __aenter__(self) -> AdoptedTestId:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: _F) -> _F:
+        """Decorate a sync or async function or generator: each call adopts the id afresh."""
+        return decorate(self, fn)
+
+
+def adopt_test_id(
+    test_id: str | bytes | None,
+    *,
+    trace_id: str | bytes | None = None,
+    slug: str | bytes | None = None,
+    run_id: str | bytes | uuid.UUID | None = None,
+    thread_id: str | bytes | uuid.UUID | None = None,
+) -> AdoptedTestId:
+    """Carry ``test_id`` into work that runs outside its request: ``with``, ``async with``, or a
+    decorator. See ``AdoptedTestId`` and docs/agents-and-llm-calls.md."""
+    return AdoptedTestId(test_id, trace_id=trace_id, slug=slug, run_id=run_id, thread_id=thread_id)
+
+
+def _run_config() -> Mapping[str, Any] | None:
+    module = sys.modules.get(_CONFIG_MODULE)
+    var = getattr(module, "var_child_runnable_config", None) if module is not None else None
+    config = var.get() if var is not None else None
+    return config if isinstance(config, Mapping) else None
+
+
+def from_run_config(emitter: Emitter) -> tuple[RequestContext, RunLink] | None:
+    """The context a LangChain / LangGraph run's config carries (its ``x-test-id``), if any."""
+    config = _run_config()
+    if config is None:
+        return None
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        return None
+    raw = configurable.get(TEST_ID_KEY)
+    if not isinstance(raw, (str, bytes)):
+        return None
+    test_id = join_key(raw)
+    if test_id is None:
+        return None
+    run = run_key(configurable.get("run_id") or config.get("run_id"))
+    thread = run_key(configurable.get("thread_id"))
+    key = (test_id, run, thread)
+    found = _FROM_CONFIG.get(key)
+    if found is None:
+        context = RequestContext(test_id=test_id, trace_id=emitter.new_trace_id())
+        found = context, RunLink(run, thread, request_for(test_id))
+        _FROM_CONFIG[key] = found
+        keep_bounded(_FROM_CONFIG, _FROM_CONFIG_MAX)
+    return found
+
+
+def outside_request(emitter: Emitter) -> tuple[RequestContext, RunLink | None]:
+    """What a scope begun with no context uses: the run config's test id, else fresh ids (so its
+    envelopes, and the test id an instrumented client forwards, still join)."""
+    found = from_run_config(emitter)
+    if found is not None:
+        return found
+    return RequestContext(test_id=new_uuid7(), trace_id=emitter.new_trace_id()), None
