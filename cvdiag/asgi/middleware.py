@@ -276,5 +276,5 @@ class CvdiagMiddleware:
             exchange.head = True
         exchange.echo = self._echo
         if test_id is not None:  # a sent id can be adopted by work the request starts elsewhere
-            remember_request(test_id, exchange.state)
+            remember_request(ctx, exchange.state)
         return exchange

@@ -83,18 +83,23 @@ class RunLink(NamedTuple):
 
 _RUN: ContextVar[RunLink | None] = ContextVar("cvdiag_run_link", default=None)
 
-#: The state of the latest requests that sent a test id, by that id: adopted elsewhere (a
-#: worker's task, a job), the id finds the request that started the work. Bounded: a request
-#: costs one dict store, and the oldest entry goes first.
-_BY_TEST_ID: dict[str, RequestState] = {}
+#: The latest requests that sent a test id, by that id: adopted elsewhere (a worker's task, a
+#: job), the id finds the request that started the work, its trace and its state. Bounded: a
+#: request costs one dict store, and the oldest entry goes first.
+_BY_TEST_ID: dict[str, tuple[RequestContext, RequestState]] = {}
 REMEMBERED_MAX: Final = 4096
 
 
-def remember_request(test_id: str, state: RequestState) -> None:
-    """Note that the request sending ``test_id`` has ``state`` (the latest one wins)."""
-    _BY_TEST_ID.pop(test_id, None)
-    _BY_TEST_ID[test_id] = state
+def remember_request(context: RequestContext, state: RequestState) -> None:
+    """Note the request that sent ``context.test_id`` (the latest one wins)."""
+    _BY_TEST_ID.pop(context.test_id, None)
+    _BY_TEST_ID[context.test_id] = context, state
     keep_bounded(_BY_TEST_ID, REMEMBERED_MAX)
+
+
+def request_for(test_id: str) -> tuple[RequestContext, RequestState] | None:
+    """The context and state of the latest request here that sent ``test_id``, if remembered."""
+    return _BY_TEST_ID.get(test_id)
 
 
 def keep_bounded(store: dict[Any, Any], limit: int) -> None:
@@ -103,8 +108,3 @@ def keep_bounded(store: dict[Any, Any], limit: int) -> None:
         # Another thread may take the same oldest entry first: either way one goes.
         with contextlib.suppress(KeyError, RuntimeError, StopIteration):
             del store[next(iter(store))]
-
-
-def request_for(test_id: str) -> RequestState | None:
-    """The state of the latest request in this process that sent ``test_id``, if remembered."""
-    return _BY_TEST_ID.get(test_id)

@@ -123,21 +123,29 @@ class AdoptedTestId:
         emitter = emitter or get_emitter()
         test_id = adopted_id(self.test_id)
         outer = _CURRENT.get()
-        same = outer is not None and outer.test_id == test_id
+        origin = request_for(test_id)
+        # The context this one continues: the current one when it has the same id (a task the
+        # request started itself), else the request that sent the id, when it ran here.
+        base = outer if outer is not None and outer.test_id == test_id else None
+        if base is None and origin is not None:
+            base = origin[0]
         trace = join_key(self.trace_id) if self.trace_id is not None else None
-        if trace is None:
-            trace = outer.trace_id if same and outer is not None else emitter.new_trace_id()
         slug = sanitize_slug(self.slug) if self.slug is not None else None
+        if base is None:
+            base = RequestContext(test_id, emitter.new_trace_id(), span_id=None)
         self.context = RequestContext(
             test_id=test_id,
-            trace_id=trace,
-            slug=slug or (outer.slug if outer is not None else "unknown"),
-            demo=outer.demo if outer is not None else "default",
-            # Adopted where the request's own context already is (a BackgroundTasks task):
-            # what follows still hangs under the request's span.
-            span_id=outer.span_id if same and outer is not None else None,
+            trace_id=trace or base.trace_id,
+            slug=slug or base.slug,
+            demo=base.demo,
+            # What begins inside hangs under the span the work was started from.
+            span_id=base.span_id,
         )
-        self._link = RunLink(run_key(self.run_id), run_key(self.thread_id), request_for(test_id))
+        self._link = RunLink(
+            run_key(self.run_id),
+            run_key(self.thread_id),
+            origin[1] if origin is not None else None,
+        )
         return True
 
     # -- the steps a decorator form runs (cvdiag/scopes/forms.py) ---------------------------
@@ -246,8 +254,11 @@ def from_run_config(emitter: Emitter) -> tuple[RequestContext, RunLink] | None:
     key = (test_id, run, thread)
     found = _FROM_CONFIG.get(key)
     if found is None:
-        context = RequestContext(test_id=test_id, trace_id=emitter.new_trace_id())
-        found = context, RunLink(run, thread, request_for(test_id))
+        origin = request_for(test_id)
+        if origin is None:
+            found = RequestContext(test_id, emitter.new_trace_id()), RunLink(run, thread)
+        else:  # the run's scopes hang under the request that created it, in its trace
+            found = origin[0], RunLink(run, thread, origin[1])
         _FROM_CONFIG[key] = found
         keep_bounded(_FROM_CONFIG, _FROM_CONFIG_MAX)
     return found
