@@ -264,6 +264,19 @@ def from_run_config(emitter: Emitter) -> tuple[RequestContext, RunLink] | None:
     return found
 
 
+def context_and_run(emitter: Emitter) -> tuple[RequestContext, RunLink | None]:
+    """The context a scope begins in, and the run it belongs to (None: no run)."""
+    ctx, link = _CURRENT.get(), _RUN.get()
+    if ctx is None:
+        return outside_request(emitter)
+    if link is None and _run_config() is not None:
+        # Inside a scope of a LangGraph run: the run its config names, when its id is ours.
+        found = from_run_config(emitter)
+        if found is not None and found[0].test_id == ctx.test_id:
+            link = found[1]
+    return ctx, link
+
+
 def outside_request(emitter: Emitter) -> tuple[RequestContext, RunLink | None]:
     """What a scope begun with no context uses: the run config's test id, else fresh ids (so its
     envelopes, and the test id an instrumented client forwards, still join)."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from cvdiag.core.context import _CURRENT, _RUN, RequestContext
+from cvdiag.core.context import RequestContext
 from cvdiag.core.errors import claim_report, describe_exception, is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
-from cvdiag.scopes.adoption import outside_request, run_metadata
+from cvdiag.scopes.adoption import context_and_run, run_metadata
 from cvdiag.scopes.scope import Scope, client_left, elapsed_ms
 
 #: When an agent turn ends: when its block (or decorated function) exits, or when the response
@@ -70,9 +70,7 @@ class AgentScope(Scope):
         emitter = get_emitter()
         if not emitter.allows("backend.agent.enter"):
             return False
-        outer, link = _CURRENT.get(), _RUN.get()
-        if outer is None:
-            outer, link = outside_request(emitter)
+        outer, link = context_and_run(emitter)
         span = new_span_id()
         self._emitter, self._outer, self.span_id = emitter, outer, span
         self._inner = outer.child(span)

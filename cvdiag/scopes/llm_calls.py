@@ -15,11 +15,11 @@ import weakref
 from contextvars import ContextVar
 from typing import Any, Final
 
-from cvdiag.core.context import _CURRENT, _RUN, _STATE, RequestContext
+from cvdiag.core.context import _CURRENT, _STATE, RequestContext
 from cvdiag.core.errors import is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
-from cvdiag.scopes.adoption import outside_request, run_metadata
+from cvdiag.scopes.adoption import context_and_run, run_metadata
 from cvdiag.scopes.call_record import CallRecord
 from cvdiag.scopes.heartbeat import scheduler
 from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms
@@ -108,9 +108,7 @@ class LLMCall(Scope, CallRecord):
             self.response_token_count = self.first_chunk_at = self.response_facts = None
             self.chunk_wait_since = self.after_request_end_ms = None
             self.ended = self.orphaned = self._scheduled = False
-        ctx, link = _CURRENT.get(), _RUN.get()
-        if ctx is None:
-            ctx, link = outside_request(emitter)
+        ctx, link = context_and_run(emitter)
         span = new_span_id()
         self._emitter, self._ctx, self.span_id = emitter, ctx, span
         self._inner = ctx.child(span)
