@@ -394,3 +394,33 @@ def test_a_client_that_leaves_mid_stream_while_the_run_goes_on(
     assert enter["metadata"]["run_id"] is not None
     server.wait_boundary(test_id, "backend.agent.exit")
     check_run(server, fake, test_id, calls=2)
+
+
+def test_a_run_whose_request_sent_no_test_id_is_a_background_run_not_a_failure(
+    server: Server, fake: FakeProvider
+) -> None:
+    """No ``x-test-id``: the request gets an id of its own, and its run's envelopes are under the
+    run's id (which the client sees in the stream's metadata), named as a run; ``cvdiag ls`` lists
+    both as healthy, the run as a background run, never as a request without its terminal."""
+    body = {"assistant_id": "steps", "input": _input(), "stream_mode": "values"}
+    with httpx2.stream("POST", f"{server.url}/runs/stream", json=body) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-test-id"]
+        lines = list(response.iter_lines())
+    metadata = next(json.loads(line[6:]) for line in lines if line.startswith('data: {"run_id"'))
+    run_id = metadata["run_id"]
+    server.sent.update({request_id, run_id})
+    assert terminal_of(server, request_id)["boundary"] == "backend.response.complete"
+    answers = server.wait_boundary(run_id, "backend.llm.call.response", count=2)
+    server.wait_boundary(run_id, "backend.agent.exit")
+    assert all(answer["outcome"] == "ok" for answer in answers)
+    assert seen_by(fake, run_id) == 2  # the provider, too, gets one id for the run
+    starts = [e for e in server.story(run_id) if e["boundary"] == "backend.llm.call.start"]
+    assert {s["metadata"]["run_id"] for s in starts} == {run_id}
+    listed = cvdiag("ls", str(server.log))
+    rows = {line.split()[1]: line for line in listed.stdout.splitlines()[1:]}
+    assert "healthy" in rows[request_id]
+    assert "healthy" in rows[run_id]
+    assert "background run" in rows[run_id]
+    said = cvdiag("classify", run_id, str(server.log))
+    assert "a background run" in said.stdout, said.stdout + said.stderr

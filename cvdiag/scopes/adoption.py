@@ -236,7 +236,8 @@ def _run_config() -> Mapping[str, Any] | None:
 
 
 def from_run_config(emitter: Emitter) -> tuple[RequestContext, RunLink] | None:
-    """The context a LangChain / LangGraph run's config carries (its ``x-test-id``), if any."""
+    """The context a LangChain / LangGraph run's config carries (its ``x-test-id``, else its
+    run id), if any."""
     config = _run_config()
     if config is None:
         return None
@@ -244,13 +245,15 @@ def from_run_config(emitter: Emitter) -> tuple[RequestContext, RunLink] | None:
     if not isinstance(configurable, Mapping):
         return None
     raw = configurable.get(TEST_ID_KEY)
-    if not isinstance(raw, (str, bytes)):
-        return None
-    test_id = join_key(raw)
-    if test_id is None:
-        return None
     run = run_key(configurable.get("run_id") or config.get("run_id"))
     thread = run_key(configurable.get("thread_id"))
+    test_id = join_key(raw) if isinstance(raw, (str, bytes)) else None
+    if test_id is None:
+        if run is None:
+            return None
+        # No test id sent: the run's own id joins its envelopes (one story per run, not one
+        # made-up id per call), and names it as a run, never as a request that failed.
+        test_id = run
     key = (test_id, run, thread)
     found = _FROM_CONFIG.get(key)
     if found is None:
