@@ -352,3 +352,24 @@ def test_background_tasks_and_a_queue_consumer_carry_the_request_id_to_the_provi
         "backend.sse.first_byte",
         "backend.sse.event",
     } | {"backend.response.complete"}
+
+
+def test_the_requests_remembered_are_bounded_and_the_latest_kept() -> None:
+    from cvdiag.core.context import (
+        _BY_TEST_ID,
+        REMEMBERED_MAX,
+        RequestContext,
+        RequestState,
+        remember_request,
+        request_for,
+    )
+
+    state = RequestState()
+    for n in range(3 * REMEMBERED_MAX):
+        remember_request(RequestContext(f"bound-{n}", "trace"), state)
+        assert len(_BY_TEST_ID) <= REMEMBERED_MAX
+    last = f"bound-{3 * REMEMBERED_MAX - 1}"
+    found = request_for(last)
+    assert found is not None
+    assert found[0].test_id == last
+    assert request_for("bound-0") is None
