@@ -76,11 +76,13 @@ class AdoptedTestId:
 
     ``test_id`` is read as the middleware reads the ``x-test-id`` header (a UUIDv7 kept, anything
     else scrubbed into a join key, at most 128 characters); None or nothing usable mints a fresh
-    one, so the block's envelopes still join each other. ``trace_id`` defaults to the current
-    context's when it has the same test id, else a fresh one. ``run_id`` and ``thread_id`` name
-    the run on the start envelopes begun inside (``backend.agent.enter``,
-    ``backend.llm.call.start``). When the request that sent the id ran in this process, an LLM
-    call that ends after its terminal says by how much (``after_request_end_ms``).
+    one, so the block's envelopes still join each other. The adopted context continues the
+    current one when it has the same id, else the latest request in this process that sent the
+    id: its trace, slug and span (what begins inside hangs under it), and an LLM call that ends
+    after that request's terminal says by how much (``after_request_end_ms``). Otherwise it
+    starts a trace of its own. ``trace_id`` and ``slug``, when given, win. ``run_id`` and
+    ``thread_id`` name the run on the start envelopes begun inside (``backend.agent.enter``,
+    ``backend.llm.call.start``).
     """
 
     #: The adopted context while entered (None outside, or with cvdiag off).
