@@ -231,9 +231,15 @@ def adopt_test_id(
 
 
 def _run_config() -> Mapping[str, Any] | None:
+    """The LangChain run config current here; None fast where there is none (every scope of a
+    request asks: an ``isinstance`` against ``Mapping`` alone would cost it 0.3 µs)."""
     module = sys.modules.get(_CONFIG_MODULE)
-    var = getattr(module, "var_child_runnable_config", None) if module is not None else None
+    if module is None:
+        return None
+    var = getattr(module, "var_child_runnable_config", None)
     config = var.get() if var is not None else None
+    if config is None:
+        return None
     return config if isinstance(config, Mapping) else None
 
 
