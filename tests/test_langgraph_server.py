@@ -7,7 +7,8 @@ off) against the local fake provider, with stdout a pipe or a regular file. Each
 its own test id: a healthy streamed run, ``/runs/wait``, a model that hangs while its client
 gives up, and a client that leaves mid-stream while the run goes on. Every LLM call, heartbeat and
 agent scope of the run must carry that id (and the provider receive it), name the run, hang
-under the request's ingress, and a call that outlived its request say by how much.
+under the request's ingress, and a call that outlived its request say by how much. Last, in
+process, what the server's worker relies on: a LangChain runnable's config adopted.
 
 The server needs the ``frameworks`` extra (langgraph-cli[inmem]); without it these tests are
 skipped and tests/conftest.py says so in one line.
@@ -30,10 +31,13 @@ from typing import Any
 import httpx2
 import pytest
 
+from cvdiag import current_context, llm_call
+from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider, serve_fake_provider
 from tests.schema_check import assert_valid
 from tests.support.cli import cvdiag
+from tests.support.requests import in_request
 from tests.support.servers import free_port
 from tests.test_frameworks import needs, recipe_code
 
@@ -424,3 +428,37 @@ def test_a_run_whose_request_sent_no_test_id_is_a_background_run_not_a_failure(
     assert "background run" in rows[run_id]
     said = cvdiag("classify", run_id, str(server.log))
     assert "a background run" in said.stdout, said.stdout + said.stderr
+
+
+# --- the run config, in-process: what the server's worker relies on ----------------------------
+
+
+def test_a_runnable_config_carries_its_test_id_and_names_its_run(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    """LangChain makes a runnable's config current while it runs: a call begun there, outside
+    any request, adopts its ``x-test-id``; without one, the run's id; inside a request whose
+    id differs, the request's id stands and no run is named."""
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+    def call(_: object) -> str | None:
+        with llm_call("openai", "gpt-4o-mini"):
+            ctx = current_context()
+            return ctx.test_id if ctx else None
+
+    step = RunnableLambda(call)
+    run, thread = new_uuid7(), new_uuid7()
+    sent: RunnableConfig = {
+        "configurable": {"x-test-id": "lc-1", "run_id": run, "thread_id": thread}
+    }
+    assert step.invoke(None, config=sent) == "lc-1"
+    assert step.invoke(None, config={"configurable": {"run_id": run}}) == run
+    with in_request("req-9"):
+        assert step.invoke(None, config=sent) == "req-9"
+    assert step.invoke(None) not in ("lc-1", run, "req-9", None)  # no config: a fresh id
+    starts = cvdiag_events.of("backend.llm.call.start")
+    named = [
+        (s["test_id"], s["metadata"].get("run_id"), s["metadata"].get("thread_id")) for s in starts
+    ]
+    assert named[:3] == [("lc-1", run, thread), (run, run, None), ("req-9", None, None)]
+    assert "run_id" not in starts[3]["metadata"]
