@@ -398,6 +398,10 @@ def test_a_client_that_leaves_mid_stream_while_the_run_goes_on(
     assert enter["metadata"]["run_id"] is not None
     server.wait_boundary(test_id, "backend.agent.exit")
     check_run(server, fake, test_id, calls=2)
+    # The client left; the run went on, and the request's story says so, once.
+    said = cvdiag("classify", test_id, str(server.log))
+    assert "client-abort" in said.stdout, said.stdout + said.stderr
+    assert said.stdout.count("went on") == 1
 
 
 def test_a_run_whose_request_sent_no_test_id_is_a_background_run_not_a_failure(
