@@ -31,7 +31,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from cvdiag import current_context, llm_call
+from cvdiag import Emitter, MemorySink, Settings, current_context, instrument_httpx, llm_call
+from cvdiag.pipeline import emitter as emitters
 from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider, serve_fake_provider
@@ -466,3 +467,22 @@ def test_a_runnable_config_carries_its_test_id_and_names_its_run(
     ]
     assert named[:3] == [("lc-1", run, thread), (run, run, None), ("req-9", None, None)]
     assert "run_id" not in starts[3]["metadata"]
+
+
+def test_the_provider_gets_a_run_configs_id_only_while_cvdiag_is_on(
+    cvdiag_events: CvdiagEvents, fake: FakeProvider, provider: tuple[FakeProvider, str]
+) -> None:
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+    client = instrument_httpx(httpx2.Client(base_url=f"{provider[1]}/v1"))
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    step: RunnableLambda[None, int] = RunnableLambda(
+        lambda _: client.post("/chat/completions", json=chat).status_code
+    )
+    on: RunnableConfig = {"configurable": {"x-test-id": "lc-on"}}
+    off: RunnableConfig = {"configurable": {"x-test-id": "lc-off"}}
+    assert step.invoke(None, config=on) == 200
+    emitters._install(Emitter(Settings(enabled=False), sinks=[MemorySink()]))  # restored after
+    assert step.invoke(None, config=off) == 200
+    assert (seen_by(fake, "lc-on"), seen_by(fake, "lc-off")) == (1, 0)
+    assert {e["test_id"] for e in cvdiag_events.envelopes} == {"lc-on"}

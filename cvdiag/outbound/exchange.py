@@ -143,7 +143,7 @@ def begin_exchange(request: Any, options: Options) -> Exchange | None:
         headers = request.headers
         emitter = get_emitter()
         ctx = _CURRENT.get()
-        if ctx is None:  # a LangGraph run's worker: the test id its config carries, if any
+        if ctx is None and emitter.enabled:  # a LangGraph run's worker: its config's test id
             adopted = from_run_config(emitter)
             ctx = adopted[0] if adopted is not None else None
         if ctx is not None and (options.test_id_header or options.slug_header):

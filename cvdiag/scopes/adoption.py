@@ -11,7 +11,8 @@ A LangGraph run needs no code at all: a scope (or an instrumented client's LLM c
 any request looks at the LangChain run config current there (``langchain_core`` sets one around
 every node), and adopts its ``configurable["x-test-id"]`` (LangGraph copies the request's
 ``x-*`` headers listed in ``langgraph.json``'s ``configurable_headers`` there), naming the run by
-its ``run_id`` and ``thread_id`` (``outside_request``).
+its ``run_id`` and ``thread_id`` (``context_and_run``); without a test id, the run's own id
+joins the run's envelopes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ _CONFIG_MODULE: Final = "langchain_core.runnables.config"
 #: The configurable key LangGraph copies the ``x-test-id`` request header to.
 TEST_ID_KEY: Final = "x-test-id"
 #: Contexts adopted from run configs, by (test id, run, thread): every scope of one run shares
-#: one trace id. Bounded; the oldest goes first.
+#: one trace id. Bounded; the oldest entries go first.
 _FROM_CONFIG: dict[tuple[str, str | None, str | None], tuple[RequestContext, RunLink]] = {}
 _FROM_CONFIG_MAX: Final = 1024
 
