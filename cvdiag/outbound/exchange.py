@@ -27,7 +27,7 @@ from cvdiag.outbound.tracking import Tracker
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.providers import Detector, describe_request
 from cvdiag.scopes import ACTIVE_CALL, LLMCall
-from cvdiag.scopes.adoption import from_run_config
+from cvdiag.scopes.run_config import from_run_config
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

@@ -14,7 +14,7 @@ from cvdiag.core.context import RequestContext
 from cvdiag.core.errors import claim_report, describe_exception, is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
-from cvdiag.scopes.adoption import context_and_run, run_metadata
+from cvdiag.scopes.run_config import context_and_run, run_metadata
 from cvdiag.scopes.scope import Scope, client_left, elapsed_ms
 
 #: When an agent turn ends: when its block (or decorated function) exits, or when the response

@@ -19,9 +19,9 @@ from cvdiag.core.context import _CURRENT, _STATE, RequestContext
 from cvdiag.core.errors import is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
-from cvdiag.scopes.adoption import context_and_run, run_metadata
 from cvdiag.scopes.call_record import CallRecord
 from cvdiag.scopes.heartbeat import scheduler
+from cvdiag.scopes.run_config import context_and_run, run_metadata
 from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms
 from cvdiag.sinks.exit_flush import before_exit
 
