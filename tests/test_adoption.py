@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -88,6 +89,14 @@ def test_a_block_carries_the_id_to_its_scopes_and_resets_after(
     assert start["parent_span_id"] == enter["span_id"]
     for env in story:
         assert_valid(env)
+
+
+def test_a_uuid_is_adopted_as_its_text(cvdiag_events: CvdiagEvents) -> None:
+    job = uuid.uuid4()
+    with adopt_test_id(job, run_id=job) as adopted:
+        pass
+    assert adopted.context is not None
+    assert adopted.context.test_id == str(job)
 
 
 def test_without_a_run_the_start_envelopes_keep_their_v1_keys(

@@ -54,7 +54,7 @@ class AdoptedTestId:
 
     def __init__(
         self,
-        test_id: str | bytes | None,
+        test_id: str | bytes | uuid.UUID | None,
         *,
         trace_id: str | bytes | None = None,
         slug: str | bytes | None = None,
@@ -84,7 +84,8 @@ class AdoptedTestId:
         if emitter is not None and not emitter.enabled:
             return False  # the one check adopting costs while cvdiag is off
         emitter = emitter or get_emitter()
-        test_id = adopted_id(self.test_id)
+        raw = self.test_id
+        test_id = adopted_id(str(raw) if isinstance(raw, uuid.UUID) else raw)
         outer = _CURRENT.get()
         origin = request_for(test_id)
         # The context this one continues: the current one when it has the same id (a task the
@@ -179,7 +180,7 @@ class AdoptedTestId:
 
 
 def adopt_test_id(
-    test_id: str | bytes | None,
+    test_id: str | bytes | uuid.UUID | None,
     *,
     trace_id: str | bytes | None = None,
     slug: str | bytes | None = None,
