@@ -486,3 +486,36 @@ def test_the_provider_gets_a_run_configs_id_only_while_cvdiag_is_on(
     assert step.invoke(None, config=off) == 200
     assert (seen_by(fake, "lc-on"), seen_by(fake, "lc-off")) == (1, 0)
     assert {e["test_id"] for e in cvdiag_events.envelopes} == {"lc-on"}
+
+
+def test_a_background_run_on_a_thread_carries_the_id_of_the_request_that_created_it(
+    server: Server, fake: FakeProvider
+) -> None:
+    """``POST /threads/{id}/runs`` answers at once; the run goes on in the worker after that
+    request's terminal, its call held until then: it carries the request's id, names its run
+    and thread, and says how long after the request it ended."""
+    test_id = new_uuid7()
+    server.sent.add(test_id)
+    release = hold_from(fake, test_id, 1)
+    try:
+        thread = httpx2.post(f"{server.url}/threads", json={}, timeout=PATIENCE).json()
+        thread_id = thread["thread_id"]
+        created = httpx2.post(
+            f"{server.url}/threads/{thread_id}/runs",
+            json={"assistant_id": "chat", "input": _input()},
+            headers={"x-test-id": test_id},
+            timeout=PATIENCE,
+        )
+        assert created.status_code == 200
+        run_id = created.json()["run_id"]
+        assert terminal_of(server, test_id)["boundary"] == "backend.response.complete"
+        server.wait_boundary(test_id, "backend.llm.call.start")
+    finally:
+        release.set()
+    joined = httpx2.get(f"{server.url}/threads/{thread_id}/runs/{run_id}/join", timeout=PATIENCE)
+    assert joined.status_code == 200
+    [answer] = server.wait_boundary(test_id, "backend.llm.call.response")
+    assert isinstance(answer["metadata"]["after_request_end_ms"], int)
+    [start] = server.wait_boundary(test_id, "backend.llm.call.start")
+    assert (start["metadata"]["run_id"], start["metadata"]["thread_id"]) == (run_id, thread_id)
+    check_run(server, fake, test_id, calls=1)
