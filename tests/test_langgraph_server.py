@@ -5,7 +5,8 @@ graph of two steps (a draft, then a polish inside an ``agent_scope``) is added b
 The server is a real ``langgraph dev`` process (in-memory runtime, blockbuster on unless asked
 off) against the local fake provider, with stdout a pipe or a regular file. Each scenario sends
 its own test id: a healthy streamed run, ``/runs/wait``, a model that hangs while its client
-gives up, and a client that leaves mid-stream while the run goes on. Every LLM call, heartbeat and
+gives up, a client that leaves mid-stream while the run goes on, a run on a thread that runs
+after the request that created it, and a request that sent no test id. Every LLM call, heartbeat and
 agent scope of the run must carry that id (and the provider receive it), name the run, hang
 under the request's ingress, and a call that outlived its request say by how much. Last, in
 process, what the server's worker relies on: a LangChain runnable's config adopted.
