@@ -11,6 +11,7 @@ import importlib
 from cvdiag.core.version import __version__ as __version__
 
 _LAZY: dict[str, str] = {
+    "AdoptedTestId": "cvdiag.scopes",
     "AgentScope": "cvdiag.scopes",
     "AsyncCvdiagTransport": "cvdiag.outbound.transports",
     "CallableSink": "cvdiag.sinks",
@@ -28,6 +29,7 @@ _LAZY: dict[str, str] = {
     "StdoutSink": "cvdiag.sinks",
     "Tier": "cvdiag.schema.vocabulary",
     "add_log_context": "cvdiag.core.log_context",
+    "adopt_test_id": "cvdiag.scopes",
     "agent_scope": "cvdiag.scopes",
     "configure": "cvdiag.pipeline.emitter",
     "current_context": "cvdiag.core.context",
@@ -40,6 +42,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "AdoptedTestId",
     "AgentScope",
     "AsyncCvdiagTransport",
     "CallableSink",
@@ -57,6 +60,7 @@ __all__ = [
     "StdoutSink",
     "Tier",
     "add_log_context",
+    "adopt_test_id",
     "agent_scope",
     "configure",
     "current_context",
@@ -79,7 +83,14 @@ if TYPE_CHECKING:
     from cvdiag.outbound.transports import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
     from cvdiag.pipeline.emitter import Emitter, configure, emit, flush, get_emitter
     from cvdiag.schema.vocabulary import Tier
-    from cvdiag.scopes import AgentScope, LLMCall, agent_scope, llm_call
+    from cvdiag.scopes import (
+        AdoptedTestId,
+        AgentScope,
+        LLMCall,
+        adopt_test_id,
+        agent_scope,
+        llm_call,
+    )
     from cvdiag.scrubbing.redact import scrub
     from cvdiag.sinks import CallableSink, FileSink, LoggingSink, MemorySink, Sink, StdoutSink
 

@@ -75,6 +75,7 @@ SLOW = (
     "tests/test_examples_offline.py",
     "tests/test_fake_provider.py",
     "tests/test_frameworks.py",
+    "tests/test_langgraph_server.py",  # `langgraph dev` processes
     "tests/test_httpx.py",
     "tests/test_llm_finish_reasons.py",
     "tests/test_last_byte.py",
@@ -226,10 +227,12 @@ def reference_dir() -> Path:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line naming the framework recipes (tests/test_frameworks.py) left out, and why; only
-    when this run skipped some of them (a run that did not select them left nothing out)."""
+    """One line naming the framework recipes (tests/test_frameworks.py and
+    tests/test_langgraph_server.py) left out, and why; only when this run skipped some of them
+    (a run that did not select them left nothing out)."""
     skipped = terminalreporter.stats.get("skipped", [])
-    if not any(getattr(r, "nodeid", "").startswith("tests/test_frameworks.py") for r in skipped):
+    recipes = ("tests/test_frameworks.py", "tests/test_langgraph_server.py")
+    if not any(getattr(r, "nodeid", "").startswith(recipes) for r in skipped):
         return
     from tests.test_frameworks import RECIPES, missing
 

@@ -336,3 +336,37 @@ def test_replay_shows_the_time_to_first_token() -> None:
         if e["boundary"] == "backend.llm.call.response"
     )
     assert "first_token=55ms" in describe(response)
+
+
+def _background_run(outcome: str = "ok") -> Story:
+    """A run with no request of its own, as a LangGraph server writes it when its request sent
+    no test id: two calls under the run's id, the run named on their start envelopes."""
+    story = Story("01a222f2-0000-7000-8000-000000000001")
+    for at in (0, 30):
+        call = story.llm_start(at, None)
+        story.envelopes[-1]["metadata"]["run_id"] = story.test_id
+        story.envelopes[-1]["metadata"]["thread_id"] = None
+        story.llm_response(
+            at + 20,
+            call,
+            20,
+            outcome=outcome,
+            error_class=None if outcome == "ok" else "InternalServerError",
+        )
+    return story
+
+
+def test_a_background_run_is_healthy_not_a_request_without_its_terminal() -> None:
+    verdict = _classify(_background_run())
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert verdict.reason.startswith("a background run (01a222f2-")
+    assert verdict.evidence["requests"] == 0
+    without_run = _background_run()
+    for env in without_run.envelopes:
+        env["metadata"].pop("run_id", None)
+        env["metadata"].pop("thread_id", None)
+    assert _classify(without_run).flap_class == "unclassified"
+
+
+def test_a_background_run_whose_call_failed_is_not_healthy() -> None:
+    assert _classify(_background_run("err")).flap_class == "provider-error"

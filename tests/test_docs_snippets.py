@@ -62,6 +62,9 @@ running server). What a block's language means:
     the end of its block: both print ``$`` lines.
 ``text``
     An output sample or a diagram: not executed.
+``json``
+    A configuration file: it must parse; one annotated ``<!-- recipe: NAME -->`` is run by
+    tests/test_langgraph_server.py.
 
 A block that truly cannot run is annotated ``<!-- snippet: skip REASON -->`` on the line before
 it; such skips are listed and counted by ``test_skips_are_rare_and_justified``.
@@ -128,7 +131,7 @@ PAGES = [
 #: ``<!-- snippet: skip REASON -->`` annotations across all pages: keep them rare.
 EXPECTED_SKIPS = 0
 SHELLS = {"bash", "sh", "shell"}
-LANGUAGES = {"python", "console", "text", *SHELLS}
+LANGUAGES = {"python", "console", "text", "json", *SHELLS}
 TERMINALS = {"backend.response.complete", "backend.sse.aborted", "backend.error.caught"}
 #: A fenced block, also indented (inside a list item): its lines lose that indent.
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[^\n]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
@@ -464,11 +467,21 @@ class Page:
                         self.command(command, block)
                 elif block.lang == "console":
                     self.console(block)
+                elif block.lang == "json":
+                    self.json(block)
             self.stop_server()
             if self.test_files and not self.tests_ran:
                 self.pytest(["pytest"], self.blocks[-1])
         finally:
             self.stop_server(check=False)
+
+    def json(self, block: Block) -> None:
+        """A configuration file: valid JSON, and a recipe's run by its test."""
+        json.loads(block.code)
+        if block.recipe is not None:
+            from tests.test_frameworks import RECIPES
+
+            assert block.recipe in RECIPES, f"{block.where}: recipe not run by its test"
 
     def python(self, block: Block) -> None:
         if block.example is not None:

@@ -32,6 +32,11 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "pydantic-ai": ("pydantic-ai-slim",),
     "langgraph": ("ag-ui-langgraph", "langchain-openai", "langgraph"),
     "openai-agents": ("openai-agents",),
+    # The LangGraph server's three files (tests/test_langgraph_server.py runs them).
+    **dict.fromkeys(
+        ("langgraph-server-json", "langgraph-server-webapp", "langgraph-server-graph"),
+        ("langgraph-api", "langgraph-cli", "langgraph-runtime-inmem", "langchain-openai"),
+    ),
 }
 TERMINALS = ("backend.response.complete", "backend.sse.aborted")
 CONCURRENT = 3
@@ -48,10 +53,10 @@ def missing(recipe: str) -> list[str]:
     return absent
 
 
-def recipe_code(name: str) -> str:
+def recipe_code(name: str, language: str = "python") -> str:
     text = PAGE.read_text(encoding="utf-8")
     found = re.search(
-        rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)^```", text, re.M | re.S
+        rf"<!-- recipe: {re.escape(name)} -->\n```{language}\n(.*?)^```", text, re.M | re.S
     )
     assert found is not None, f"docs/frameworks.md has no recipe {name!r}"
     return found.group(1)

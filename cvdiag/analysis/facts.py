@@ -66,6 +66,8 @@ class Facts:
     first: Key | None = None
     last: Key | None = None
     ingresses: int = 0
+    #: The run its scopes name (``run_id`` on a start envelope): work outside any request.
+    run: str | None = None
     #: The highest tier any of the test id's envelopes needs: what the log can show.
     tier: Tier = Tier.DEFAULT
     bad_outcome: Ref | None = None
@@ -164,6 +166,11 @@ class Facts:
             self._add_error(record, meta)
         elif boundary.startswith("backend.llm.call."):
             self._add_call(record, boundary, meta)
+            if self.run is None and isinstance(meta.get("run_id"), str):
+                self.run = meta["run_id"]
+        elif boundary == "backend.agent.enter":
+            if self.run is None and isinstance(meta.get("run_id"), str):
+                self.run = meta["run_id"]
         elif boundary == "backend.sse.first_byte":
             ref = self._ref(record)
             keepalive = meta.get("keepalive") is True

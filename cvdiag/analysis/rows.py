@@ -18,7 +18,8 @@ def status(facts: Facts) -> str:
         return f"aborted {facts.aborts[0].termination}"
     done = facts.error_status or facts.failed or facts.last_completion
     if done is None:
-        return "no terminal"
+        # Work outside any request (a run whose request sent no test id) has no terminal to miss.
+        return "background run" if facts.run is not None and not facts.ingresses else "no terminal"
     status = f"HTTP {done.status:g}" if done.status is not None else done.outcome
     return status if done.outcome == "ok" else f"{status} {done.outcome}"
 

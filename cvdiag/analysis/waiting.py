@@ -315,6 +315,8 @@ def client_abort(ctx: Context) -> Finding:
 def healthy(ctx: Context) -> Finding:
     f, found = ctx.facts, Finding()
     done = f.last_completion
+    if done is None and not f.ingresses and not f.abort_count and f.run is not None:
+        return _background_run(ctx)
     if done is None or f.abort_count or f.failed_count or f.error_status is not None:
         return found
     first_byte = f.first_byte[0] if f.first_byte else None
@@ -342,6 +344,25 @@ def healthy(ctx: Context) -> Finding:
 def _latest(answered: list[Call]) -> Call:
     """The call whose response came last (every one of ``answered`` has one)."""
     return max(answered, key=lambda c: c.response.key if c.response is not None else ("", 0))
+
+
+def _background_run(ctx: Context) -> Finding:
+    """A run with no request of its own (its request sent no test id: the run's envelopes are
+    under its run id): no request failed. Healthy when its every LLM call answered ok; a failed
+    call was named by the provider rules before this one."""
+    f, found = ctx.facts, Finding()
+    calls = list(f.calls.values())
+    if f.errors or any(c.response is None or not c.ok for c in calls):
+        return found
+    starts = [c.start for c in calls if c.start is not None]
+    found.add(
+        f"a background run ({f.run}) with no request of its own:"
+        f" {count(calls) if calls else 'no LLM call'} answered ok",
+        starts[:1],
+        run_id=f.run,
+        requests=0,
+    )
+    return found
 
 
 def unclassified(ctx: Context) -> str:

@@ -31,7 +31,13 @@ from cvdiag.asgi.headers import (
 from cvdiag.asgi.http_exchange import HTTPExchange
 from cvdiag.asgi.lifespan import flushing_at_shutdown
 from cvdiag.asgi.websocket_exchange import WebSocketExchange
-from cvdiag.core.context import _STATE, RequestContext, reset_context, set_context
+from cvdiag.core.context import (
+    _STATE,
+    RequestContext,
+    remember_request,
+    reset_context,
+    set_context,
+)
 from cvdiag.core.guard import record_failure, say
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitters
@@ -269,4 +275,6 @@ class CvdiagMiddleware:
         if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
             exchange.head = True
         exchange.echo = self._echo
+        if test_id is not None:  # a sent id can be adopted by work the request starts elsewhere
+            remember_request(ctx, exchange.state)
         return exchange

@@ -27,6 +27,7 @@ from cvdiag.outbound.tracking import Tracker
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.providers import Detector, describe_request
 from cvdiag.scopes import ACTIVE_CALL, LLMCall
+from cvdiag.scopes.run_config import from_run_config
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -142,6 +143,9 @@ def begin_exchange(request: Any, options: Options) -> Exchange | None:
         headers = request.headers
         emitter = get_emitter()
         ctx = _CURRENT.get()
+        if ctx is None and emitter.enabled:  # a LangGraph run's worker: its config's test id
+            adopted = from_run_config(emitter)
+            ctx = adopted[0] if adopted is not None else None
         if ctx is not None and (options.test_id_header or options.slug_header):
             policy = options.forward or policy_for(emitter.settings.forward_hosts)
             if policy.allows(str(request.url.host)):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from cvdiag.core.context import _CURRENT, RequestContext
+from cvdiag.core.context import RequestContext
 from cvdiag.core.errors import claim_report, describe_exception, is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
-from cvdiag.scopes.scope import Scope, client_left, elapsed_ms, fresh_context
+from cvdiag.scopes.run_config import context_and_run, run_metadata
+from cvdiag.scopes.scope import Scope, client_left, elapsed_ms
 
 #: When an agent turn ends: when its block (or decorated function) exits, or when the response
 #: of the request it runs in ends.
@@ -69,7 +70,7 @@ class AgentScope(Scope):
         emitter = get_emitter()
         if not emitter.allows("backend.agent.enter"):
             return False
-        outer = _CURRENT.get() or fresh_context(emitter)
+        outer, link = context_and_run(emitter)
         span = new_span_id()
         self._emitter, self._outer, self.span_id = emitter, outer, span
         self._inner = outer.child(span)
@@ -80,7 +81,11 @@ class AgentScope(Scope):
         self._emit_in_span(
             emitter,
             "backend.agent.enter",
-            metadata={"agent_name": self.agent_name, "model_id": self.model_id},
+            metadata={
+                "agent_name": self.agent_name,
+                "model_id": self.model_id,
+                **run_metadata(link),
+            },
             context=outer,
             span_id=span,
             parent_span_id=outer.span_id,

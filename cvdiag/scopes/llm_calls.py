@@ -21,7 +21,8 @@ from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
 from cvdiag.scopes.call_record import CallRecord
 from cvdiag.scopes.heartbeat import scheduler
-from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms, fresh_context
+from cvdiag.scopes.run_config import context_and_run, run_metadata
+from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms
 from cvdiag.sinks.exit_flush import before_exit
 
 #: Calls started and not yet ended, so that shutdown can end each with one response.
@@ -107,11 +108,12 @@ class LLMCall(Scope, CallRecord):
             self.response_token_count = self.first_chunk_at = self.response_facts = None
             self.chunk_wait_since = self.after_request_end_ms = None
             self.ended = self.orphaned = self._scheduled = False
-        ctx = _CURRENT.get() or fresh_context(emitter)
+        ctx, link = context_and_run(emitter)
         span = new_span_id()
         self._emitter, self._ctx, self.span_id = emitter, ctx, span
         self._inner = ctx.child(span)
-        self.request_state = _STATE.get()
+        # Outside its request (an adopted id), the request that sent the id, if it ran here.
+        self.request_state = _STATE.get() or (link.origin if link is not None else None)
         self._lock = threading.Lock()
         self.started_at = time.monotonic()
         self._live = True
@@ -127,6 +129,7 @@ class LLMCall(Scope, CallRecord):
                 "provider": self.provider,
                 "model": self.model,
                 "prompt_token_count_estimate": self.prompt_token_count_estimate,
+                **run_metadata(link),
             },
             context=ctx,
             span_id=span,

@@ -20,7 +20,6 @@ from cvdiag.core.errors import is_client_gone
 from cvdiag.core.guard import record_failure
 from cvdiag.pipeline import emitter as _emitters
 from cvdiag.pipeline.emitter import Emitter
-from cvdiag.schema.ids import new_uuid7
 from cvdiag.scopes.forms import decorate
 
 if TYPE_CHECKING:
@@ -42,10 +41,6 @@ def client_left(exc: BaseException | None) -> bool:
     if state is not None:
         state.turn_cut = True
     return True
-
-
-def fresh_context(emitter: Emitter) -> RequestContext:
-    return RequestContext(test_id=new_uuid7(), trace_id=emitter.new_trace_id())
 
 
 def elapsed_ms(since: float) -> int:
