@@ -245,7 +245,11 @@ def _text_of(value: object, limit: int) -> str:
 
 
 def scrub(value: object, *, limit: int = SCAN_LIMIT) -> str:
-    """Any value as a string with its secrets replaced by ``[REDACTED]``; never raises."""
+    """Any value as a string with its secrets replaced by ``[REDACTED]``; never raises.
+
+    ``None`` is the empty string: a message that is absent says nothing (not ``"None"``)."""
+    if value is None:
+        return ""
     try:
         text = _text_of(value, limit)
     except Exception:

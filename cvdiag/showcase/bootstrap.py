@@ -1,0 +1,134 @@
+"""The showcase's shared bootstrap (``_shared/cvdiag_bootstrap.py``) as cvdiag: ``setup``,
+``emit_cvdiag``, ``current_tier``, and the one emitter the showcase face writes through.
+
+The showcase reads its flag live (its tests set ``CVDIAG_BACKEND_EMITTER`` with
+``monkeypatch.setenv`` after import, and unset it again) and resolves its tier when ``setup`` is
+called with a mapping. cvdiag resolves settings once, per emitter. So the face keeps one
+process-wide emitter and builds it again, through ``configure``, whenever what decides it has
+changed since: the flag, and the tier's inputs (from ``setup``'s mapping, else the
+environment). Its one sink writes each line to ``sys.stdout`` as it stands when the line is
+emitted, at once, where the showcase's tests read it back with ``capsys``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any, Final
+
+from cvdiag.core.context import RequestContext
+from cvdiag.core.guard import record_failure
+from cvdiag.core.settings import Settings
+from cvdiag.pipeline.emitter import Emitter, configure
+from cvdiag.schema.ids import adopt_test_id, sanitize_slug
+from cvdiag.sinks import SysStdoutSink
+
+__all__ = ["current_tier", "emit_cvdiag", "setup"]
+
+#: What the tier is resolved from, in the showcase as in cvdiag (``docs/configuration.md``).
+TIER_KEYS: Final = (
+    "CVDIAG_DEBUG",
+    "CVDIAG_VERBOSE",
+    "SHOWCASE_ENV",
+    "RAILWAY_ENVIRONMENT_NAME",
+    "PYTHON_ENV",
+)
+_FLAG: Final = "CVDIAG_BACKEND_EMITTER"
+
+#: The tier's inputs as ``setup`` was last given them; None: the live environment's.
+_given: dict[str, str] | None = None
+#: What the emitter in force was built from, and that emitter.
+_built: tuple[tuple[str | None, ...], Emitter] | None = None
+_lock = threading.Lock()
+
+
+def setup(env: Mapping[str, str] | None = None) -> None:
+    """Resolve the tier again, from ``env`` (``None``: the environment, read live from now on).
+
+    The showcase's tests call it to switch to the debug tier and back. A ``CVDIAG_DEBUG``
+    refused (no environment label, or one that is not a development one) falls back to the tier
+    below and says so once on stderr, as cvdiag does; it never raises into the host.
+    """
+    global _given
+    try:
+        _given = None if env is None else {k: str(env[k]) for k in TIER_KEYS if k in env}
+    except Exception as exc:  # a mapping that fails to read: the environment's, then
+        record_failure("showcase", exc)
+        _given = None
+    face_emitter()
+
+
+def _inputs() -> tuple[str | None, ...]:
+    tier = _given
+    environ = os.environ
+    if tier is None:
+        return (environ.get(_FLAG), "live", *(environ.get(k) for k in TIER_KEYS))
+    return (environ.get(_FLAG), "given", *(tier.get(k) for k in TIER_KEYS))
+
+
+def face_emitter() -> Emitter:
+    """The emitter in force for the showcase face, built again if its inputs changed.
+
+    A few environment lookups per call: the price of the showcase's live flag.
+    """
+    global _built
+    inputs = _inputs()
+    built = _built
+    if built is not None and built[0] == inputs:
+        return built[1]
+    with _lock:
+        built = _built
+        if built is not None and built[0] == inputs:
+            return built[1]
+        environ = dict(os.environ)
+        if _given is not None:
+            for key in TIER_KEYS:
+                environ.pop(key, None)
+            environ.update(_given)
+        emitter = configure(Settings.from_env(environ), sinks=[SysStdoutSink()])
+        _built = (inputs, emitter)
+        return emitter
+
+
+def current_tier() -> str:
+    """The tier in force: ``default``, ``verbose`` or ``debug`` (lower once DEBUG's bounds are
+    reached and it falls back)."""
+    return face_emitter().tier.label
+
+
+def emit_cvdiag(envelope: Mapping[str, Any]) -> None:
+    """Write one envelope given as a v1 dict, through cvdiag's one emit path.
+
+    cvdiag builds the line itself from what the dict says (boundary, outcome, ids, slug, demo,
+    duration, metadata, edge headers): it stamps its own ``ts`` and ``mono_ns``, keeps only the
+    schema's metadata keys and scrubs them. Nothing is written while the flag is off. Never raises.
+    """
+    try:
+        emitter = face_emitter()
+        if not emitter.enabled:
+            return
+        test_id = adopt_test_id(_text(envelope.get("test_id")))
+        context = RequestContext(
+            test_id=test_id,
+            trace_id=_text(envelope.get("trace_id")) or test_id,
+            slug=sanitize_slug(_text(envelope.get("slug"))) or "unknown",
+            demo=sanitize_slug(_text(envelope.get("demo"))) or "default",
+        )
+        duration = envelope.get("duration_ms")
+        edge = envelope.get("edge_headers")
+        emitter.emit(
+            str(envelope.get("boundary")),
+            outcome=str(envelope.get("outcome") or "info"),
+            metadata=envelope.get("metadata") or None,
+            duration_ms=duration if isinstance(duration, (int, float)) else None,
+            context=context,
+            parent_span_id=_text(envelope.get("parent_span_id")),
+            edge_headers=edge if isinstance(edge, Mapping) else None,
+        )
+    except Exception as exc:
+        record_failure("showcase", exc)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
