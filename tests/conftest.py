@@ -76,6 +76,7 @@ SLOW = (
     "tests/test_frameworks.py",
     "tests/test_httpx.py",
     "tests/test_llm_finish_reasons.py",
+    "tests/test_log_scrub_uvicorn.py",
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
     "tests/test_otel.py",
@@ -85,6 +86,7 @@ SLOW = (
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
+    "tests/showcase_integration/test_showcase_server.py",
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
     "tests/test_stream_silence.py",

@@ -91,6 +91,13 @@ def face_emitter() -> Emitter:
         return emitter
 
 
+def forget() -> None:
+    """Forget the emitter the face built: the next use builds one again (tests)."""
+    global _built
+    with _lock:
+        _built = None
+
+
 def current_tier() -> str:
     """The tier in force: ``default``, ``verbose`` or ``debug`` (lower once DEBUG's bounds are
     reached and it falls back)."""
