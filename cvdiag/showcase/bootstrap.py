@@ -20,6 +20,7 @@ from typing import Any, Final
 from cvdiag.core.context import RequestContext
 from cvdiag.core.guard import record_failure
 from cvdiag.core.settings import Settings
+from cvdiag.pipeline import emitter as _emitters
 from cvdiag.pipeline.emitter import Emitter, configure
 from cvdiag.schema.ids import adopt_test_id, sanitize_slug
 from cvdiag.sinks import SysStdoutSink
@@ -76,11 +77,11 @@ def face_emitter() -> Emitter:
     inputs = _inputs()
     built = _built
     if built is not None and built[0] == inputs:
-        return built[1]
+        return _in_force(built[1])
     with _lock:
         built = _built
         if built is not None and built[0] == inputs:
-            return built[1]
+            return _in_force(built[1])
         environ = dict(os.environ)
         if _given is not None:
             for key in TIER_KEYS:
@@ -89,6 +90,14 @@ def face_emitter() -> Emitter:
         emitter = configure(Settings.from_env(environ), sinks=[SysStdoutSink()])
         _built = (inputs, emitter)
         return emitter
+
+
+def _in_force(own: Emitter) -> Emitter:
+    """The face's emitter, or the one installed by hand since it was built (``configure()``, the
+    ``cvdiag_events`` fixture): that one is in force for cvdiag's middleware and scopes too, until
+    the flag or the tier changes and the face builds its own again."""
+    current = _emitters._emitter
+    return own if current is None else current
 
 
 def forget() -> None:

@@ -1,0 +1,117 @@
+"""What the showcase face does beyond the integrations' own tests: ``dispatch`` with a plain
+response and with an app that raises, the flag off, and an emitter configured by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from cvdiag import MemorySink, Settings, configure
+from cvdiag.showcase import CvdiagBackendMiddleware, _RequestCtx, emit_agent_enter
+from cvdiag.showcase.bootstrap import current_tier, setup
+
+TEST_ID = "0190a9c0-1a2b-7c3d-8e4f-5a6b7c8d9e0f"
+
+
+def request() -> Request:
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/chat",
+        "headers": [(b"x-test-id", TEST_ID.encode()), (b"x-aimock-context", b"demo-app")],
+        "query_string": b"",
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    return Request(scope, receive)
+
+
+def written(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line[7:]) for line in out.splitlines() if line.startswith("CVDIAG {")]
+
+
+@pytest.fixture(autouse=True)
+def verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CVDIAG_BACKEND_EMITTER", "1")
+    setup({"CVDIAG_VERBOSE": "1"})
+
+
+def test_dispatch_of_a_plain_response(capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[Any] = []
+
+    async def call_next(req: Request) -> Response:
+        seen.append(req.state.cvdiag)
+        return JSONResponse({"ok": True})
+
+    mw = CvdiagBackendMiddleware(app=lambda *a: None)
+    response = asyncio.run(mw.dispatch(request(), call_next))
+    assert response.status_code == 200
+    assert (seen[0].test_id, seen[0].slug, seen[0].demo) == (TEST_ID, "demo-app", "chat")
+    lines = written(capsys.readouterr().out)
+    assert [e["boundary"] for e in lines] == [
+        "backend.request.ingress",
+        "backend.response.complete",
+    ]
+    assert lines[-1]["metadata"]["http_status"] == 200
+
+
+def test_dispatch_of_an_app_that_raises(capsys: pytest.CaptureFixture[str]) -> None:
+    async def call_next(req: Request) -> Response:
+        raise ValueError("bad key sk-test-12345")
+
+    mw = CvdiagBackendMiddleware(app=lambda *a: None)
+    with pytest.raises(ValueError, match="sk-test-12345"):  # the app's error, unchanged
+        asyncio.run(mw.dispatch(request(), call_next))
+    out = capsys.readouterr().out
+    assert [e["boundary"] for e in written(out)] == [
+        "backend.request.ingress",
+        "backend.error.caught",
+        "backend.response.complete",
+    ]
+    assert "sk-test-12345" not in out
+
+
+def test_dispatch_with_the_flag_off_is_call_next(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CVDIAG_BACKEND_EMITTER")
+    answer = JSONResponse({"ok": True})
+
+    async def call_next(req: Request) -> Response:
+        assert getattr(req.state, "cvdiag", None) is None
+        return answer
+
+    mw = CvdiagBackendMiddleware(app=lambda *a: None)
+    assert asyncio.run(mw.dispatch(request(), call_next)) is answer
+    assert capsys.readouterr().out == ""
+
+
+def test_an_emitter_configured_by_hand_is_used_until_the_tier_changes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert current_tier() == "verbose"  # the face has built its emitter
+    memory = MemorySink()
+    configure(Settings(enabled=True, tier="debug"), sinks=[memory])
+    ctx = _RequestCtx(test_id=TEST_ID, slug="demo-app")
+    emit_agent_enter(ctx, agent_name="a", model_id="m")
+    assert [e["boundary"] for e in memory.envelopes] == ["backend.agent.enter"]
+    assert capsys.readouterr().out == ""
+    setup({"CVDIAG_VERBOSE": "0"})  # the tier changes: the face's own emitter again
+    emit_agent_enter(ctx, agent_name="a", model_id="m")
+    assert [e["boundary"] for e in written(capsys.readouterr().out)] == ["backend.agent.enter"]
+    assert len(memory.envelopes) == 1
+
+
+def test_a_hand_built_context_mints_a_uuid7_for_anything_else() -> None:
+    ctx = _RequestCtx(test_id="d4-run-7", slug="!!!", demo="")
+    assert ctx.test_id != "d4-run-7"
+    assert ctx.test_id[14] == "7"  # a UUIDv7
+    assert ctx.slug == "unknown"
+    assert ctx.demo == "default"
