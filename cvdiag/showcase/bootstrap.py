@@ -17,12 +17,16 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
+from cvdiag.asgi.headers import edge_value
 from cvdiag.core.context import RequestContext
 from cvdiag.core.guard import record_failure
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitters
 from cvdiag.pipeline.emitter import Emitter, configure
-from cvdiag.schema.ids import adopt_test_id, sanitize_slug
+from cvdiag.schema.ids import sanitize_slug
+from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
+from cvdiag.scrubbing.redact import scrub_head
+from cvdiag.showcase.context import showcase_test_id
 from cvdiag.sinks import SysStdoutSink
 
 __all__ = ["current_tier", "emit_cvdiag", "setup"]
@@ -116,34 +120,48 @@ def current_tier() -> str:
 def emit_cvdiag(envelope: Mapping[str, Any]) -> None:
     """Write one envelope given as a v1 dict, through cvdiag's one emit path.
 
-    cvdiag builds the line itself from what the dict says (boundary, outcome, ids, slug, demo,
-    duration, metadata, edge headers): it stamps its own ``ts`` and ``mono_ns``, keeps only the
-    schema's metadata keys and scrubs them. Nothing is written while the flag is off. Never raises.
+    cvdiag builds the line itself from what the dict says (boundary, outcome, test id, slug,
+    demo, duration, metadata, edge headers): it stamps its own ``ts``, ``mono_ns`` and span id,
+    keeps only the schema's metadata keys and the nine edge headers, and scrubs them all; the
+    test id is the showcase's (a UUIDv7 kept, anything else replaced). Nothing is written while
+    the flag is off. Never raises.
     """
     try:
         emitter = face_emitter()
-        if not emitter.enabled:
+        if not emitter.enabled or not isinstance(envelope, Mapping):
             return
-        test_id = adopt_test_id(_text(envelope.get("test_id")))
+        test_id = showcase_test_id(_text(envelope.get("test_id")))
         context = RequestContext(
             test_id=test_id,
-            trace_id=_text(envelope.get("trace_id")) or test_id,
+            trace_id=test_id,  # as the showcase's envelopes say it
             slug=sanitize_slug(_text(envelope.get("slug"))) or "unknown",
             demo=sanitize_slug(_text(envelope.get("demo"))) or "default",
         )
         duration = envelope.get("duration_ms")
-        edge = envelope.get("edge_headers")
+        metadata = envelope.get("metadata")
         emitter.emit(
-            str(envelope.get("boundary")),
+            scrub_head(str(envelope.get("boundary")), 64),
             outcome=str(envelope.get("outcome") or "info"),
-            metadata=envelope.get("metadata") or None,
+            metadata=metadata if isinstance(metadata, Mapping) else None,
             duration_ms=duration if isinstance(duration, (int, float)) else None,
             context=context,
-            parent_span_id=_text(envelope.get("parent_span_id")),
-            edge_headers=edge if isinstance(edge, Mapping) else None,
+            parent_span_id=None,
+            edge_headers=_edge_bag(envelope.get("edge_headers")),
         )
     except Exception as exc:
         record_failure("showcase", exc)
+
+
+def _edge_bag(given: object) -> dict[str, str | None] | None:
+    """The closed nine-key bag, each value scrubbed and cut as the middleware's are."""
+    if not isinstance(given, Mapping):
+        return None
+    bag: dict[str, str | None] = dict.fromkeys(EDGE_HEADER_KEYS)
+    for key in EDGE_HEADER_KEYS:
+        value = given.get(key)
+        if isinstance(value, (str, bytes)):
+            bag[key] = edge_value(value)
+    return bag
 
 
 def _text(value: object) -> str | None:

@@ -12,10 +12,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cvdiag import MemorySink, Settings, configure
+from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
 from cvdiag.showcase import CvdiagBackendMiddleware, _RequestCtx, emit_agent_enter
-from cvdiag.showcase.bootstrap import current_tier, setup
+from cvdiag.showcase.bootstrap import current_tier, emit_cvdiag, setup
 
 TEST_ID = "0190a9c0-1a2b-7c3d-8e4f-5a6b7c8d9e0f"
+EDGE_HEADER_KEYS_SET = set(EDGE_HEADER_KEYS)
 
 
 def request() -> Request:
@@ -115,3 +117,24 @@ def test_a_hand_built_context_mints_a_uuid7_for_anything_else() -> None:
     assert ctx.test_id[14] == "7"  # a UUIDv7
     assert ctx.slug == "unknown"
     assert ctx.demo == "default"
+
+
+def test_emit_cvdiag_keeps_the_closed_bag_and_scrubs_it(capsys: pytest.CaptureFixture[str]) -> None:
+    emit_cvdiag(
+        {
+            "boundary": "backend.request.ingress",
+            "test_id": "not-a-uuid",
+            "edge_headers": {"via": "1.1 proxy sk-test-12345", "x-forwarded-for": "10.0.0.1"},
+            "metadata": {"method": "GET", "path": "/p?token=abc12345678"},
+        }
+    )
+    emit_cvdiag(None)  # type: ignore[arg-type]  # what a host may pass: nothing, and no raise
+    out = capsys.readouterr().out
+    (line,) = written(out)
+    assert set(line["edge_headers"]) == EDGE_HEADER_KEYS_SET
+    assert line["edge_headers"]["via"] == "1.1 proxy [REDACTED]"
+    assert line["test_id"][14] == "7"  # minted: not a UUIDv7
+    assert line["test_id"] == line["trace_id"]
+    assert "sk-test-12345" not in out
+    assert "abc12345678" not in out
+    assert "10.0.0.1" not in out
