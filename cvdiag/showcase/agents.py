@@ -71,12 +71,16 @@ class LlmCallScope:
         interval_s: float = 10.0,
     ) -> None:
         self._ctx = ctx
-        self.call: LLMCall = llm_call(
-            provider,
-            model,
-            prompt_token_count_estimate=prompt_token_count_estimate,
-            heartbeat_interval=interval_s,
-        )
+        try:
+            self.call: LLMCall = llm_call(
+                provider,
+                model,
+                prompt_token_count_estimate=prompt_token_count_estimate,
+                heartbeat_interval=interval_s,
+            )
+        except (TypeError, ValueError) as exc:  # an interval of 0: the default one, not a raise
+            record_failure("showcase", exc)
+            self.call = llm_call(str(provider), str(model))
         self._token: Token[RequestContext | None] | None = None
 
     async def __aenter__(self) -> LlmCallScope:

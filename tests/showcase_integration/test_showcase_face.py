@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
-from cvdiag.showcase import CvdiagBackendMiddleware, _RequestCtx, emit_agent_enter
+from cvdiag.showcase import CvdiagBackendMiddleware, LlmCallScope, _RequestCtx, emit_agent_enter
 from cvdiag.showcase.bootstrap import current_tier, emit_cvdiag, setup
 
 TEST_ID = "0190a9c0-1a2b-7c3d-8e4f-5a6b7c8d9e0f"
@@ -138,3 +138,14 @@ def test_emit_cvdiag_keeps_the_closed_bag_and_scrubs_it(capsys: pytest.CaptureFi
     assert "sk-test-12345" not in out
     assert "abc12345678" not in out
     assert "10.0.0.1" not in out
+
+
+def test_bad_options_to_an_llm_call_never_raise(capsys: pytest.CaptureFixture[str]) -> None:
+    async def call() -> None:
+        ctx = _RequestCtx(test_id=TEST_ID, slug="demo-app")
+        async with LlmCallScope(ctx, provider="openai", model="m", interval_s=0):
+            pass
+
+    asyncio.run(call())
+    boundaries = [e["boundary"] for e in written(capsys.readouterr().out)]
+    assert boundaries == ["backend.llm.call.start", "backend.llm.call.response"]
