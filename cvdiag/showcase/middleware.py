@@ -10,7 +10,7 @@ read, its end; closing that iterator early (``aclose()``) is the client leaving.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -93,13 +93,50 @@ class CvdiagBackendMiddleware(CvdiagMiddleware):
             await exchange.send({"type": "http.response.body", "body": response.body})
             exchange.finish(None)
             return response
-        response.body_iterator = _observed(exchange, start, body, response.charset)  # type: ignore[attr-defined]
+        response.body_iterator = _Observed(exchange, start, body, response.charset)  # type: ignore[attr-defined]
         return response
+
+
+class _Observed:
+    """The body iterator ``dispatch`` hands back: ``_observed``'s chunks, and one end however it
+    goes. A generator closed before its first chunk was asked for runs none of its code, so
+    closing this one then tells the exchange itself: the client left before any byte."""
+
+    def __init__(
+        self, exchange: HTTPExchange, start: Message, inner: AsyncIterable[Any], charset: str
+    ) -> None:
+        self._exchange, self._inner = exchange, inner
+        self._chunks = _observed(exchange, start, inner, charset)
+        self._started = False
+
+    def __aiter__(self) -> _Observed:
+        return self
+
+    def __anext__(self) -> Awaitable[Any]:
+        self._started = True
+        return self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        if not self._started:
+            self._started = True
+            await self._exchange.receive()
+            await _close(self._inner)
+            self._exchange.finish(None)
+        await self._chunks.aclose()
+
+
+async def _close(inner: AsyncIterable[Any]) -> None:
+    try:
+        close = getattr(inner, "aclose", None)
+        if close is not None:
+            await close()
+    except Exception as exc:
+        record_failure("middleware", exc)
 
 
 async def _observed(
     exchange: HTTPExchange, start: Message, inner: AsyncIterable[Any], charset: str
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """``inner``, each chunk shown to the exchange before it is handed on."""
     failure: BaseException | None = None
     try:
@@ -119,10 +156,5 @@ async def _observed(
         failure = exc
         raise
     finally:
-        try:
-            close = getattr(inner, "aclose", None)
-            if close is not None:
-                await close()
-        except Exception as exc:
-            record_failure("middleware", exc)
+        await _close(inner)
         exchange.finish(failure)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
@@ -149,3 +149,24 @@ def test_bad_options_to_an_llm_call_never_raise(capsys: pytest.CaptureFixture[st
     asyncio.run(call())
     boundaries = [e["boundary"] for e in written(capsys.readouterr().out)]
     assert boundaries == ["backend.llm.call.start", "backend.llm.call.response"]
+
+
+def test_dispatch_closed_before_its_first_chunk_still_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def endless() -> Any:
+        while True:
+            yield b"data: x\n\n"
+
+    async def call_next(req: Request) -> Response:
+        return StreamingResponse(endless(), media_type="text/event-stream")
+
+    async def run() -> None:
+        mw = CvdiagBackendMiddleware(app=lambda *a: None)
+        response = await mw.dispatch(request(), call_next)
+        await response.body_iterator.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(run())
+    lines = written(capsys.readouterr().out)
+    assert [e["boundary"] for e in lines] == ["backend.request.ingress", "backend.sse.aborted"]
+    assert lines[-1]["metadata"]["termination_kind"] == "rst"
