@@ -5,9 +5,9 @@ The showcase reads its flag live (its tests set ``CVDIAG_BACKEND_EMITTER`` with
 ``monkeypatch.setenv`` after import, and unset it again) and resolves its tier when ``setup`` is
 called with a mapping. cvdiag resolves settings once, per emitter. So the face keeps one
 process-wide emitter and builds it again, through ``configure``, whenever what decides it has
-changed since: the flag, and the tier's inputs (from ``setup``'s mapping, else the
-environment). Its one sink writes each line to ``sys.stdout`` as it stands when the line is
-emitted, at once, where the showcase's tests read it back with ``capsys``.
+changed since: the flag, and the tier's inputs (``setup``'s mapping and the environment). Its one
+sink writes each line to ``sys.stdout`` as it stands when the line is emitted, at once, where the
+showcase's tests read it back with ``capsys``.
 """
 
 from __future__ import annotations
@@ -49,11 +49,13 @@ _lock = threading.Lock()
 
 
 def setup(env: Mapping[str, str] | None = None) -> None:
-    """Resolve the tier again, from ``env`` (``None``: the environment, read live from now on).
+    """Resolve the tier again, from ``env`` (``None``: the environment alone).
 
-    The showcase's tests call it to switch to the debug tier and back. A ``CVDIAG_DEBUG``
-    refused (no environment label, or one that is not a development one) falls back to the tier
-    below and says so once on stderr, as cvdiag does; it never raises into the host.
+    The showcase's tests call it to switch to the debug tier and back. The tier in force is the
+    higher of ``env``'s and the live environment's, read as each request comes in. A
+    ``CVDIAG_DEBUG`` refused (no environment label, or one that is not a development one) falls
+    back to the tier below and says so once on stderr, as cvdiag does; it never raises into the
+    host.
     """
     global _given
     try:
@@ -65,11 +67,12 @@ def setup(env: Mapping[str, str] | None = None) -> None:
 
 
 def _inputs() -> tuple[str | None, ...]:
-    tier = _given
     environ = os.environ
-    if tier is None:
-        return (environ.get(_FLAG), "live", *(environ.get(k) for k in TIER_KEYS))
-    return (environ.get(_FLAG), "given", *(tier.get(k) for k in TIER_KEYS))
+    live = (environ.get(_FLAG), *(environ.get(k) for k in TIER_KEYS))
+    given = _given
+    if given is None:
+        return live
+    return (*live, "given", *(given.get(k) for k in TIER_KEYS))
 
 
 def face_emitter() -> Emitter:
@@ -86,12 +89,16 @@ def face_emitter() -> Emitter:
         built = _built
         if built is not None and built[0] == inputs:
             return _in_force(built[1])
-        environ = dict(os.environ)
+        settings = Settings.from_env(os.environ)
         if _given is not None:
-            for key in TIER_KEYS:
-                environ.pop(key, None)
-            environ.update(_given)
-        emitter = configure(Settings.from_env(environ), sinks=[SysStdoutSink()])
+            # The higher of the two tiers: setup's mapping switches the tier (the showcase's
+            # tests switch to debug and back with it), and the showcase's emitter also reads
+            # the tier live, so a CVDIAG_VERBOSE set after setup() still counts.
+            environ = {k: v for k, v in os.environ.items() if k not in TIER_KEYS}
+            given = Settings.from_env({**environ, **_given})
+            if given.tier > settings.tier:
+                settings = given
+        emitter = configure(settings, sinks=[SysStdoutSink()])
         _built = (inputs, emitter)
         return emitter
 

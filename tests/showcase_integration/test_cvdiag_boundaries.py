@@ -275,12 +275,35 @@ def test_setup_switches_the_tier(
     client().post("/", headers={"x-aimock-context": SLUG})
     assert "backend.sse.event" in {e["boundary"] for e in envelopes(capsys.readouterr().out)}
 
+    monkeypatch.delenv("CVDIAG_DEBUG")  # the tier in force is the higher of setup's and the env's
     bootstrap.setup({"SHOWCASE_ENV": "test"})
     assert bootstrap.current_tier() == "default"
     client().post("/", headers={"x-aimock-context": SLUG})
     at_default = {e["boundary"] for e in envelopes(capsys.readouterr().out)}
     assert "backend.agent.enter" in at_default
     assert not at_default & {"backend.request.ingress", "backend.sse.event"}
+
+    bootstrap.setup({"SHOWCASE_ENV": "test", "CVDIAG_DEBUG": "1"})  # setup alone switches it
+    assert bootstrap.current_tier() == "debug"
+
+
+def test_a_tier_set_in_the_environment_after_setup_counts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CVDIAG_DEBUG")
+    bootstrap.setup({"SHOWCASE_ENV": "test"})
+    monkeypatch.setenv("CVDIAG_BACKEND_EMITTER", "1")
+    monkeypatch.setenv("CVDIAG_VERBOSE", "1")  # after setup, as a test may set it
+
+    async def call() -> None:
+        ctx = _RequestCtx(test_id=TEST_ID, slug=SLUG, demo="default")
+        async with LlmCallScope(ctx, provider="openai", model="m", interval_s=10.0):
+            pass
+
+    asyncio.run(call())
+    assert bootstrap.current_tier() == "verbose"
+    boundaries = [e["boundary"] for e in envelopes(capsys.readouterr().out)]
+    assert boundaries == ["backend.llm.call.start", "backend.llm.call.response"]
 
 
 def test_emit_cvdiag_writes_through_the_same_path(
