@@ -7,10 +7,11 @@ the one heartbeat thread, one response) entered under the showcase's context.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from contextvars import Token
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from cvdiag.core.context import RequestContext, reset_context, set_context
 from cvdiag.core.guard import record_failure
@@ -82,6 +83,10 @@ class LlmCallScope:
             record_failure("showcase", exc)
             self.call = llm_call(str(provider), str(model))
         self._token: Token[RequestContext | None] | None = None
+        #: The showcase's copy kept its heartbeat task here, and code written for it may cancel
+        #: it or put a task of its own in its place; cvdiag's heartbeats come from its one
+        #: thread and end with the call, so what is here is only cancelled and awaited at exit.
+        self._hb_task: Any = None
 
     async def __aenter__(self) -> LlmCallScope:
         face_emitter()  # the flag and tier as they are now
@@ -93,6 +98,7 @@ class LlmCallScope:
             except Exception as exc:
                 record_failure("showcase", exc)
         await self.call.__aenter__()
+        self._hb_task = _BEATS
         return self
 
     async def __aexit__(
@@ -109,4 +115,37 @@ class LlmCallScope:
                 # Exited in another context than it was entered in: nothing there to undo.
                 with contextlib.suppress(ValueError):
                     reset_context(token)
+        task, self._hb_task = self._hb_task, None
+        if isinstance(task, asyncio.Future):
+            await _stopped(task)
         return False  # never suppress the caller's exception
+
+
+class _Beats:
+    """``LlmCallScope._hb_task`` while cvdiag's thread beats the call: nothing to cancel."""
+
+    __slots__ = ()
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return False
+
+
+_BEATS: Final = _Beats()
+
+
+async def _stopped(task: asyncio.Future[Any]) -> None:
+    """Cancel a task put in ``_hb_task`` and wait for it; a cancellation of the caller's own that
+    lands meanwhile propagates (``Task.cancelling``, Python 3.11+; before, it is absorbed)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        cancelling = getattr(current, "cancelling", None)
+        if current is not None and cancelling is not None and cancelling() > 0:
+            raise
+    except Exception as exc:
+        record_failure("showcase", exc)

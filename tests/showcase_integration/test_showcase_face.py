@@ -4,6 +4,7 @@ response and with an app that raises, the flag off, and an emitter configured by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -170,3 +171,66 @@ def test_dispatch_closed_before_its_first_chunk_still_ends(
     lines = written(capsys.readouterr().out)
     assert [e["boundary"] for e in lines] == ["backend.request.ingress", "backend.sse.aborted"]
     assert lines[-1]["metadata"]["termination_kind"] == "rst"
+
+
+def test_a_task_put_in_place_of_the_heartbeat_is_stopped_at_exit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Code written for the showcase's copy cancels ``_hb_task`` or puts its own task there.
+    stopped: list[str] = []
+
+    async def run() -> None:
+        scope = LlmCallScope(_RequestCtx(test_id=TEST_ID, slug="demo-app"), provider="o", model="m")
+        await scope.__aenter__()
+        scope._hb_task.cancel()  # nothing to cancel: cvdiag's thread beats the call
+
+        async def beating() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                stopped.append("cancelled")
+                raise
+
+        scope._hb_task = asyncio.ensure_future(beating())
+        await asyncio.sleep(0)
+        await scope.__aexit__(None, None, None)
+
+    asyncio.run(run())
+    assert stopped == ["cancelled"]
+    boundaries = [e["boundary"] for e in written(capsys.readouterr().out)]
+    assert boundaries == ["backend.llm.call.start", "backend.llm.call.response"]
+
+
+@pytest.mark.skipif(not hasattr(asyncio.Task, "cancelling"), reason="Task.cancelling: 3.11+")
+def test_the_callers_cancellation_while_that_task_stops_propagates() -> None:
+    reached: list[str] = []
+
+    async def run() -> None:
+        scope = LlmCallScope(_RequestCtx(test_id=TEST_ID, slug="demo-app"), provider="o", model="m")
+        await scope.__aenter__()
+        release = asyncio.Event()
+
+        async def slow_to_stop() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                await asyncio.shield(release.wait())
+
+        scope._hb_task = asyncio.ensure_future(slow_to_stop())
+        exiting = asyncio.Event()
+
+        async def caller() -> None:
+            exiting.set()
+            await scope.__aexit__(None, None, None)
+            reached.append("after exit")
+
+        task = asyncio.ensure_future(caller())
+        await exiting.wait()
+        await asyncio.sleep(0)  # the caller now waits for the task to stop
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(run())
+    assert reached == []
