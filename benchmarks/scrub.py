@@ -5,7 +5,7 @@ Run: ``python benchmarks/scrub.py [--baseline REV]``. The baseline is the scrubb
 (``cvdiag/scrub.py`` then) as it was at REV (default: the commit before the rewrite), read from this
 repository's own git history and loaded as a module, so both are measured in the same process,
 interleaved. Targets (issue 15): a typical short string no slower than the baseline, the 10 MB worst
-case ≤ 30 ms, the emit ≤ 50 ms.
+case ≤ 30 ms, the emit ≤ 50 ms; issue 37 allows the 10 MB worst case 50 ms.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ ADVERSARIAL = {
     "scheme words": "Basic Bearer Token Digest " * 400_000,
     "userinfo": "a://b:c@" * 1_250_000,
     "percent-encoded": "%2525" * 2_000_000,
+    # Issue 37: a vendor prefix before a run of percent escapes, and the showcase's shapes.
+    "AGE-SECRET-KEY-1 + %25": "AGE-SECRET-KEY-1" + "%25" * 3_330_000,
+    "sk- letters": "sk-abcdefghijklmnopqrstuvwx " * 360_000,
+    "Bearer lower-case token": "Bearer secrettoken " * 520_000,
+    "ASIA names": "ASIAPACIFIC2024REGION " * 450_000,
 }
 
 
@@ -122,7 +127,7 @@ def main() -> None:
         cost = timed_ms(lambda text=text: scrub_text(text))  # type: ignore[misc]
         worst = max(worst, cost)
         print(f"{name:24} {cost:9.2f}")
-    print(f"worst case: {worst:.2f} ms (target ≤ 30 ms)")
+    print(f"worst case: {worst:.2f} ms (target ≤ 50 ms, issue 37)")
     print()
     sink = MemorySink()
     emitter = Emitter(Settings(enabled=True, tier=Tier.DEBUG), sinks=[sink])

@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "LoggingSink": "cvdiag.sinks",
     "MemorySink": "cvdiag.sinks",
     "RequestContext": "cvdiag.core.context",
+    "ScrubFilter": "cvdiag.core.log_scrub",
     "Settings": "cvdiag.core.settings",
     "Sink": "cvdiag.sinks",
     "StdoutSink": "cvdiag.sinks",
@@ -36,9 +37,11 @@ _LAZY: dict[str, str] = {
     "emit": "cvdiag.pipeline.emitter",
     "flush": "cvdiag.pipeline.emitter",
     "get_emitter": "cvdiag.pipeline.emitter",
+    "install_scrub_filter": "cvdiag.core.log_scrub",
     "instrument_httpx": "cvdiag.outbound.transports",
     "llm_call": "cvdiag.scopes",
     "scrub": "cvdiag.scrubbing.redact",
+    "scrub_log_event": "cvdiag.core.log_scrub",
 }
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "LoggingSink",
     "MemorySink",
     "RequestContext",
+    "ScrubFilter",
     "Settings",
     "Sink",
     "StdoutSink",
@@ -67,9 +71,11 @@ __all__ = [
     "emit",
     "flush",
     "get_emitter",
+    "install_scrub_filter",
     "instrument_httpx",
     "llm_call",
     "scrub",
+    "scrub_log_event",
 ]
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
@@ -79,6 +85,7 @@ if TYPE_CHECKING:
     from cvdiag.asgi.middleware import CvdiagMiddleware
     from cvdiag.core.context import RequestContext, current_context
     from cvdiag.core.log_context import LogContextFilter, add_log_context
+    from cvdiag.core.log_scrub import ScrubFilter, install_scrub_filter, scrub_log_event
     from cvdiag.core.settings import Settings
     from cvdiag.outbound.transports import AsyncCvdiagTransport, CvdiagTransport, instrument_httpx
     from cvdiag.pipeline.emitter import Emitter, configure, emit, flush, get_emitter

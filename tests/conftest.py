@@ -78,6 +78,7 @@ SLOW = (
     "tests/test_langgraph_server.py",  # `langgraph dev` processes
     "tests/test_httpx.py",
     "tests/test_llm_finish_reasons.py",
+    "tests/test_log_scrub_uvicorn.py",
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
     "tests/test_otel.py",
@@ -88,6 +89,7 @@ SLOW = (
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
     "tests/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
+    "tests/showcase_integration/test_showcase_server.py",
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
     "tests/test_stream_silence.py",

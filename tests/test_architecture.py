@@ -34,8 +34,11 @@ REQUEST_PATH = (
     "schema",
     "scopes",
     "scrubbing",
+    "showcase",
     "sinks",
 )
+#: The parts on top: the showcase face imports parts, and no part may import it.
+TOP = ("showcase",)
 
 
 def named() -> set[str]:
@@ -223,6 +226,14 @@ def test_every_import_between_parts_is_one_its_part_may_make() -> None:
         and (theirs is None or theirs not in allowed[mine])
     )
     assert not against, "imports against the allowed direction:\n" + "\n".join(against)
+
+
+def test_no_part_may_import_a_part_on_top() -> None:
+    allowed = allowed_by_packages()
+    assert all(top in parts() for top in TOP)
+    against = {part: sorted(names & set(TOP)) for part, names in allowed.items()}
+    assert not any(against.values()), f"parts that may import a part on top: {against}"
+    assert list(allowed_by_page())[-len(TOP) :] == list(TOP), "the page lists TOP last"
 
 
 def test_no_two_modules_import_each_other_in_a_circle() -> None:

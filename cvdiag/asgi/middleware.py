@@ -79,6 +79,10 @@ class CvdiagMiddleware:
     app is built); given settings, the middleware owns an emitter built from them once.
     """
 
+    #: How an inbound test id becomes the request's: a UUIDv7 as-is, else a join key
+    #: (``cvdiag.schema.ids``). The showcase face (cvdiag/showcase/) mints a UUIDv7 instead.
+    _adopt = staticmethod(adopt_test_id)
+
     def __init__(
         self,
         app: ASGIApp,
@@ -219,7 +223,7 @@ class CvdiagMiddleware:
         test_id: str | None = None
         for name in self._test_id_headers:
             if name in found:
-                test_id = adopt_test_id(found[name])
+                test_id = self._adopt(found[name])
                 break
         slug = self._slug
         if slug is None:

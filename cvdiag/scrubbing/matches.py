@@ -109,9 +109,34 @@ def scheme(match: re.Match[str]) -> str:
             return match.group()
         return f"{match.group('ps')}{match.group('pws')}{REDACTED}"
     cred = match.group("cred")
-    if not credential_shaped(cred, weak=True) or _allowed(cred):
+    if _allowed(cred) or not (
+        _lower_token(match.group("s"), cred.partition("/")[0])
+        or (credential_shaped(cred, weak=True) and not _path_words(cred))
+    ):
         return match.group()
     return f"{match.group('s')}{match.group('ws')}{REDACTED}"
+
+
+def _path_words(cred: str) -> bool:
+    """Lower-case words between slashes (``expired/retry`` in ``/Bearer token expired/retry``):
+    a path read on past a scheme word, not a credential."""
+    return "/" in cred and all(
+        part.isalpha() and part.islower() for part in cred.split("/") if part
+    )
+
+
+def _lower_token(scheme_word: str, cred: str) -> bool:
+    """A one-class token after a scheme word written as in a header (``Bearer secrettoken``):
+    the word capitalised, the token 8 or more lower-case letters and digits, and no word prose
+    puts after a scheme (``rules.SCHEME_PROSE``)."""
+    return (
+        scheme_word[:1].isupper()
+        and len(cred) >= 8
+        and cred.isalnum()
+        and cred.islower()
+        and cred not in _rules.SCHEME_PROSE
+        and cred.lower() not in _rules.EMPTY_VALUES
+    )
 
 
 def _full_key(text: str, start: int, name: str) -> str:

@@ -14,7 +14,19 @@ from urllib.parse import unquote
 
 from cvdiag.scrubbing import matches as _matches
 from cvdiag.scrubbing.matches import key_value, private_key, scheme, token, userinfo
-from cvdiag.scrubbing.patterns import KV, PEM, PRIVATE_KEYS, SCH, SCHEME, TOK, URL, USERINFO, Rules
+from cvdiag.scrubbing.patterns import (
+    FEW_RULES,
+    KV,
+    PEM,
+    PRIVATE_KEYS,
+    SCH,
+    SCHEME,
+    TOK,
+    URL,
+    USERINFO,
+    Rules,
+    vendor_tokens,
+)
 
 #: Percent-encoding is undone at most this many times, looking for a credential it hides.
 _DECODE_ROUNDS: Final = 2
@@ -22,19 +34,29 @@ _DECODE_ROUNDS: Final = 2
 _PASSES: Final = 4
 
 
-def _groups(text: str, rules: Rules) -> int:
+def _groups(text: str, rules: Rules) -> tuple[int, tuple[int, ...]]:
+    """The groups of patterns the text's hints wake, and the vendor rules among them."""
     found = 0
     hint_groups = rules.hint_groups
-    for hint in rules.hints.findall(text.lower()):
+    hints = set(rules.hints.findall(text.lower()))
+    for hint in hints:
         found |= hint_groups[hint]
-    return found
+    if not found & TOK:
+        return found, ()
+    hint_rules = rules.hint_rules
+    woken: set[int] = set()
+    for hint in hints:
+        woken.update(hint_rules.get(hint, ()))
+    return found, tuple(sorted(woken))
 
 
-def _substitute(text: str, groups: int, rules: Rules) -> str:
+def _substitute(text: str, woken: tuple[int, tuple[int, ...]], rules: Rules) -> str:
+    groups, vendors = woken
     if groups & PEM:
         text = PRIVATE_KEYS.sub(private_key, text)
     if groups & TOK:
-        text = rules.tokens.sub(token, text)
+        tokens = rules.tokens if not vendors or len(vendors) > FEW_RULES else vendor_tokens(vendors)
+        text = tokens.sub(token, text)
     if rules.user is not None:
         text = rules.user.sub(token, text)
     if groups & URL:
@@ -51,9 +73,9 @@ def _redact_once(text: str, *, prefilter: bool = True) -> str:
     percent-encoding (``https%3A%2F%2Fuser%3Apw%40host`` in a path, an encoded redirect URL in
     an error message) is found there, and the decoded text is kept, redacted."""
     rules = _matches.active
-    every = PEM | TOK | URL | SCH | KV
+    every = (PEM | TOK | URL | SCH | KV, ())
     groups = _groups(text, rules) if prefilter else every
-    out = _substitute(text, groups, rules) if groups or rules.user is not None else text
+    out = _substitute(text, groups, rules) if groups[0] or rules.user is not None else text
     # The decodings start from the text as written: a redaction of the encoded form may end at a
     # ``%`` and split what the encoding hid (``APIKEY DD_API_KEY%3D<hex>`` redacts the name and
     # keeps the value, which no key precedes once decoded).
@@ -84,6 +106,28 @@ def clean(text: str, rules: Rules) -> bool:
         if mark in low:
             return False
     return raw.islower() or raw.isupper() or rules.hump.search(raw) is None
+
+
+def quiet(text: str, rules: Rules) -> bool:
+    """True when no pattern can match, as ``clean``, or when no hint of any rule occurs in the
+    text nor in its percent-decodings: every built-in match holds one of its hints. A run of
+    percent escapes near a cut (``%25%25…``) is not ``clean`` but is quiet, and costs no second
+    scrub of the whole head (``redact._seamless``; issue 37)."""
+    if clean(text, rules):
+        return True
+    if rules.user is not None:
+        return False
+    probe = text
+    for _ in range(_DECODE_ROUNDS + 1):
+        if rules.hints.search(probe.lower()) is not None:
+            return False
+        if "%" not in probe:
+            return True
+        decoded = unquote(probe)
+        if decoded == probe:
+            return True
+        probe = decoded
+    return False
 
 
 def redact(text: str, *, prefilter: bool = True) -> str:

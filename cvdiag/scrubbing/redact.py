@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from cvdiag.scrubbing import matches as _matches
 from cvdiag.scrubbing.matches import REDACTED
-from cvdiag.scrubbing.passes import clean, redact
+from cvdiag.scrubbing.passes import clean, quiet, redact
 from cvdiag.scrubbing.patterns import SCAN_LIMIT
 
 __all__ = [
@@ -105,7 +105,7 @@ def _seamless(text: str, cut: int, out: str) -> str:
     if cut >= len(text):
         return out
     rules = _matches.active
-    if clean(text[max(cut - SEAM, 0) : cut + SEAM], rules):
+    if quiet(text[max(cut - SEAM, 0) : cut + SEAM], rules):
         return out  # no anchor of any rule near the cut: nothing can straddle it
     whole = redact(text[: cut + SEAM])
     size = min(len(out), len(whole))
@@ -245,7 +245,11 @@ def _text_of(value: object, limit: int) -> str:
 
 
 def scrub(value: object, *, limit: int = SCAN_LIMIT) -> str:
-    """Any value as a string with its secrets replaced by ``[REDACTED]``; never raises."""
+    """Any value as a string with its secrets replaced by ``[REDACTED]``; never raises.
+
+    ``None`` is the empty string: a message that is absent says nothing (not ``"None"``)."""
+    if value is None:
+        return ""
     try:
         text = _text_of(value, limit)
     except Exception:

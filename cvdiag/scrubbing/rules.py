@@ -33,6 +33,7 @@ _FILLERS: Final = {
     "b64": "Fake0Xmpl+Dummy2/Test3Sample4+Value5/Zz7",
     "url": "Fake0-Xmpl_Dummy2-Test3_Sample4-Value5_Zz7",
     "b32": "FAKE2EXAMP7LE9QPZRY3TVDW0",
+    "alpha": "FakeXmplDummyTestSampleTokenValueZzQqWw",
 }
 
 
@@ -88,6 +89,20 @@ SCHEMES: Final = (
     "hoba", "mutual", "ssws", "bot", "dpop", "jwt", "paseto", "splunk", "sharedkey",
     "sharedkeylite", "gapps", "googlelogin", "zoho-oauthtoken", "client-id", "sso-key",
     "apitoken", "api-token", "access-token", "privatetoken",
+)  # fmt: skip
+#: Words a scheme word is followed by in prose ("Basic authentication is required"): after a
+#: capitalised scheme word a lower-case token of 8 or more letters is a credential
+#: ("Bearer secrettoken"), unless it is one of these. Shorter ones ("Bearer token expired",
+#: "Basic plan users") are words.
+SCHEME_PROSE: Final = frozenset(
+    {
+        "authentication", "authorization", "authorisation", "credentials", "credential",
+        "required", "requires", "supported", "expected", "rejected", "provided", "accepted",
+        "invalid", "missing", "expired", "tokens", "headers", "scheme", "schemes", "password",
+        "passwords", "username", "challenge", "protocol", "security", "instead", "endpoint",
+        "requests", "response", "responses", "settings", "features", "includes", "customers",
+        "accounts", "therefore", "however", "although", "everything", "something", "anything",
+    }
 )  # fmt: skip
 #: Schemes whose credential is a list of ``name=value`` parameters: the whole list goes.
 PARAM_SCHEMES: Final = (

@@ -35,6 +35,8 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
     # off words like ``sk-learn`` (the boundary already keeps it off ``task-agent``).
     _rule("openai", r"sk-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9][A-Za-z0-9_-]{4,}",
           "sk-" + fake("an", 48)),
+    # An ``sk-`` key of letters only: no word runs 20 letters without a hyphen (``sk-learn-…``).
+    _rule("openai-letters", r"sk-[A-Za-z]{20,}(?![A-Za-z0-9_-])", "sk-" + fake("alpha", 24)),
     _rule("groq", rf"gsk_{_AN}{{20,}}", "gsk_" + fake("an", 52)),
     _rule("xai", rf"xai-{_AN}{{20,}}", "xai-" + fake("an", 80)),
     _rule("perplexity", rf"pplx-{_AN}{{20,}}", "pplx-" + fake("an", 48)),
@@ -67,9 +69,11 @@ VENDOR_RULES: Final[tuple[VendorRule, ...]] = (
     _rule("google-oauth-refresh", r"1//0[0-9A-Za-z_-]{20,}", "1//0" + fake("url", 60)),
     _rule("google-oauth-client-secret", rf"GOCSPX-{_T}{{20,}}", "GOCSPX-" + fake("url", 28)),
     # An access key id is its prefix and 16 more: alone, or glued to more text when a digit among
-    # them says it is no word. An upper-case name that only starts like one, longer and without
-    # a digit there (``ASIAPACIFICSOUTHEAST2``, a region or resource name), is left alone.
-    _rule("aws-access-key", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])(?:[A-Z0-9]{16}(?![A-Za-z0-9])|(?=[A-Z]{0,15}[0-9])[A-Z0-9]{16})",
+    # them says it is no word. ``ASIA`` also begins names (``ASIAPACIFICSOUTHEAST2``,
+    # ``ASIAPACIFIC2024REGION``: a region or resource name), so a temporary key's id glued to more
+    # upper-case letters is not told from one, and is left alone with them.
+    _rule("aws-access-key", r"(?:AKIA|ABIA|ACCA|A3T[A-Z0-9])(?:[A-Z0-9]{16}(?![A-Za-z0-9])|(?=[A-Z]{0,15}[0-9])[A-Z0-9]{16})"
+          r"|ASIA(?:[A-Z0-9]{16}(?![A-Za-z0-9])|(?=[A-Z]{0,15}[0-9])[A-Z0-9]{16}(?![A-Z]))",
           "AKIA" + fake("up", 16), ("akia", "asia", "abia", "acca", "a3t")),
     _rule("aws-session-token", r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE)[A-Za-z0-9+/=]{20,}",
           "IQoJb3JpZ2luX2Vj" + fake("b64", 120), ("iqojb3jpz2lux2vj", "fwogzxivyxdze")),

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from cvdiag.sinks.base import PREFIX, BaseSink, LineSink, Sink
 from cvdiag.sinks.exit_flush import before_exit, flush_all, install_exit_hooks
-from cvdiag.sinks.in_process import CallableSink, LoggingSink, MemorySink, takes_lines
+from cvdiag.sinks.in_process import (
+    CallableSink,
+    LoggingSink,
+    MemorySink,
+    SysStdoutSink,
+    takes_lines,
+)
 from cvdiag.sinks.queued import QueuedLineSink
 from cvdiag.sinks.streams import FileSink, StdoutSink
 
@@ -29,6 +35,7 @@ __all__ = [
     "QueuedLineSink",
     "Sink",
     "StdoutSink",
+    "SysStdoutSink",
     "before_exit",
     "flush_all",
     "install_exit_hooks",

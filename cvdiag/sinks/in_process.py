@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeGuard
 
@@ -65,10 +66,30 @@ class CallableSink(BaseSink):
         self.fn(envelope)
 
 
+class SysStdoutSink(BaseSink):
+    """Writes each line to whatever ``sys.stdout`` is as it is emitted, at once, in the
+    emitting thread.
+
+    Not the default (``StdoutSink`` queues and writes on a descriptor of its own, so the event
+    loop never waits on a pipe): this one is for code that reads its lines back from
+    ``sys.stdout`` as it stands at the time, as pytest's ``capsys`` does, the moment a
+    synchronous call returns (the showcase face, cvdiag/showcase/).
+    """
+
+    def write(self, envelope: Mapping[str, Any], line: bytes) -> None:
+        self.write_line(line)
+
+    def write_line(self, line: bytes) -> None:
+        stream = sys.stdout
+        if stream is not None:  # pythonw, or a host that closed it: nowhere to write
+            stream.write("CVDIAG " + line.decode("utf-8") + "\n")
+            stream.flush()
+
+
 def takes_lines(sink: Sink) -> TypeGuard[LineSink]:
     """Whether ``sink`` is one of cvdiag's own that needs only the line. A subclass that
     overrides ``write`` wants the envelope dict: it gets it through ``Emitter.emit``."""
     return type(sink).write in _LINE_WRITES
 
 
-_LINE_WRITES: Final = (QueuedLineSink.write, MemorySink.write)
+_LINE_WRITES: Final = (QueuedLineSink.write, MemorySink.write, SysStdoutSink.write)

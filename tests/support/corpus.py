@@ -13,7 +13,7 @@ from typing import NamedTuple
 from cvdiag.scrubbing.rules import fake
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-_FILLER = re.compile(r"\{(an|hex|HEX|up|lo|dig|b64|url|b32):([0-9]+)\}")
+_FILLER = re.compile(r"\{(an|hex|HEX|up|lo|dig|b64|url|b32|alpha):([0-9]+)\}")
 _ESCAPE = re.compile(r"\\(\\|n)")
 
 

@@ -1,0 +1,1 @@
+from cvdiag.showcase import *
