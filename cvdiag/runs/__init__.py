@@ -11,14 +11,16 @@ May import: cvdiag.schema, cvdiag.scrubbing.
 
 from __future__ import annotations
 
-from cvdiag.runs.cases import Attempt, Case, failure_text, headline
+from cvdiag.runs.cases import Attempt, Case, drawn_ids, failure_text, headline, labels
 from cvdiag.runs.junit import JUnitError, read_junit
 
 __all__ = [
     "Attempt",
     "Case",
     "JUnitError",
+    "drawn_ids",
     "failure_text",
     "headline",
+    "labels",
     "read_junit",
 ]

@@ -66,3 +66,28 @@ def headline(cases: Iterable[Case]) -> str:
     counts = Counter(case.outcome for case in cases)
     parts = [f"{counts[name]} {name}" for name in OUTCOMES if counts[name]]
     return ", ".join(parts) if parts else "no tests"
+
+
+def drawn_ids(cases: Iterable[Case]) -> frozenset[str]:
+    """The test ids whose stories a page draws whatever their class: every attempt's of each
+    failed or flaky test (a flaky test's passing attempt is the one to compare with)."""
+    return frozenset(
+        test_id
+        for case in cases
+        if case.outcome in ("failed", "flaky")
+        for test_id in case.test_ids()
+    )
+
+
+def labels(cases: Iterable[Case]) -> dict[str, str]:
+    """Test id → the test that forwarded it, its outcome and, when it ran more than once, the
+    attempt: ``test_chat.py::test_stream (flaky, attempt 1 of 2: failed)``. A test id several
+    tests forwarded is labelled with the first."""
+    named: dict[str, str] = {}
+    for case in cases:
+        count = len(case.attempts)
+        for number, attempt in enumerate(case.attempts, 1):
+            which = f", attempt {number} of {count}: {attempt.outcome}" if count > 1 else ""
+            for test_id in attempt.test_ids:
+                named.setdefault(test_id, f"{case.name} ({case.outcome}{which})")
+    return named
