@@ -76,7 +76,15 @@ def test_junit_files_of_three_runners_joined_to_the_backend_log(tmp_path: Path) 
     )
     out = tmp_path / "page.html"
     done = run(
-        "report", str(log), "-o", str(out), "--junit", str(playwright), str(vitest), str(jest)
+        "report",
+        str(log),
+        "-o",
+        str(out),
+        "--all",
+        "--junit",
+        str(playwright),
+        str(vitest),
+        str(jest),
     )
     assert done.code == 0, done.stderr
     assert "tests: 1 failed, 1 flaky, 3 passed, 1 skipped" in done.stderr
@@ -114,7 +122,7 @@ def test_a_bad_junit_file_is_one_error_and_the_page_keeps_the_rest(tmp_path: Pat
     bad = tmp_path / "bad.xml"
     bad.write_text('<!DOCTYPE x [<!ENTITY a "b">]><testsuites/>', encoding="utf-8")
     out = tmp_path / "page.html"
-    done = run("report", str(log), "--junit", str(bad), str(good), "-o", str(out))
+    done = run("report", str(log), "--all", "--junit", str(bad), str(good), "-o", str(out))
     assert done.code == 2
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert errors == [f"cvdiag: error: report: {bad}: not read: it declares a DOCTYPE (refused:"

@@ -3,7 +3,8 @@ failure text and every attempt's test ids, each linked to its story and shown wi
 
 A test's outcome is its runner's; the class beside each test id is cvdiag's, and never changes
 the outcome: a test that asserts a 500 passed, and its request is ``backend-error``. Failed and
-flaky tests come first, drawn whole; passed and skipped ones are listed, up to ``MAX_CASES``.
+flaky tests come first, drawn whole; passed and skipped ones are listed too when the page
+draws every test id (``--all``), up to ``MAX_CASES`` in all. The headline counts them all.
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ def render(report: Report) -> Iterator[str]:
         return
     anchors = {story.test_id: index for index, story in enumerate(report.stories)}
     classes = {row["test_id"]: row["flap_class"] for row in report.rows}
-    yield '<section id="tests" aria-label="tests">\n<h2>Tests</h2>\n<ol class="cases">\n'
-    cases = ordered(report.cases)
+    wanted = ("failed", "flaky")
+    cases = [c for c in ordered(report.cases) if report.every or c.outcome in wanted]
+    yield '<section id="tests" aria-label="tests">\n<h2>Tests</h2>\n'
+    if not cases:
+        yield '<p class="note">no test failed</p>\n'
+    yield '<ol class="cases">\n'
     for case in cases[:MAX_CASES]:
         yield _case(case, anchors, classes)
     yield "</ol>\n"
