@@ -26,8 +26,7 @@ from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
 
 Envelope = Mapping[str, Any]
 _LOG_KEY = pytest.StashKey[FileSink]()
-#: The session's tests and attempts (``--cvdiag-report`` or ``--cvdiag-backend-log``).
-RECORDER_KEY = pytest.StashKey[pytest_runs.Recorder]()
+RECORDER_KEY = pytest_runs.RECORDER_KEY
 cvdiag_test_id = pytest_runs.cvdiag_test_id
 #: Where a test's ``CvdiagEvents`` is kept on its item (the failure report reads it).
 EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()

@@ -81,7 +81,7 @@ def configure(config: pytest.Config) -> None:
     options = Options(path, every, None if timeout is None else float(timeout))
     config.stash[_OPTIONS_KEY] = options
     if not hasattr(config, "workerinput"):  # an xdist worker ships its lines instead
-        from cvdiag.pytest_plugin import RECORDER_KEY
+        from cvdiag.pytest_runs import RECORDER_KEY
 
         collector = Collector(options, lambda: config.stash.get(RECORDER_KEY, None))
         config.stash[_COLLECTOR_KEY] = collector

@@ -166,6 +166,10 @@ class Recorder:
         return stories
 
 
+#: The session's tests and attempts (``--cvdiag-report`` or ``--cvdiag-backend-log``).
+RECORDER_KEY = pytest.StashKey[Recorder]()
+
+
 def _attempt_replays(case: Case, stories: Stories, replay: Any) -> Iterator[str]:
     several = len(case.attempts) > 1
     for number, attempt in enumerate(case.attempts, 1):
