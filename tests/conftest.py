@@ -81,7 +81,9 @@ SLOW = (
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
+    "tests/test_pytest_backend.py",  # a backend of its own: uvicorn in a subprocess
     "tests/test_report_cli.py",
+    "tests/test_report_junit.py",  # a real server writes the backend's log
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
     "tests/test_scrub_doors.py",
