@@ -82,6 +82,7 @@ SLOW = (
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
     "tests/test_pytest_backend.py",  # a backend of its own: uvicorn in a subprocess
+    "tests/test_pytest_test_id.py",  # inner pytest sessions, a real server
     "tests/test_report_cli.py",
     "tests/test_report_junit.py",  # a real server writes the backend's log
     "tests/test_report_hostile.py",
