@@ -45,7 +45,9 @@ def backend_log(log: Path) -> None:
     app = CvdiagMiddleware(Starlette(routes=[Route("/ok", _ok), Route("/boom", _boom)]))
     calls = {
         OK_ID: "/ok",
-        BOOM_ID: "/ok",  # the test failed on its own assertion: its request is healthy
+        # The test failed on its own assertion: its request is healthy (and its path long, as a
+        # query string can make it: the page must still show it whole at phone width).
+        BOOM_ID: "/ok?conversation=" + "y" * 200,
         FLAKY_FIRST: "/boom",
         FLAKY_THEN: "/ok",
         VITEST_ID: "/boom",  # a test that asserts a 500: it passed, its request is an error
