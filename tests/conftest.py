@@ -87,6 +87,7 @@ SLOW = (
     "tests/test_report_junit.py",  # a real server writes the backend's log
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
+    "tests/test_report_browser_runs.py",  # a real server's log, then the page in Chromium
     "tests/test_scrub_doors.py",
     "tests/test_stories.py",
     "tests/test_stream_outlives_request.py",
