@@ -133,16 +133,23 @@ def session(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(
+    ("workers", "xdist"),
+    [("1", "0"), ("2", "0"), ("1", "2")],
+    ids=["one-worker", "two-workers", "xdist-two-backends-one-log"],
+)
 def test_a_backend_in_its_own_process_tells_each_tests_story(
-    session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: str
+    session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: str, xdist: str
 ) -> None:
+    """Under xdist each pytest worker starts its own backend, all writing to one log."""
     monkeypatch.setenv("BACKEND_WORKERS", workers)
     monkeypatch.chdir(session.path)
     out = session.path / "artifacts" / "cvdiag.html"
     result = session.runpytest_inprocess(
         "-p",
         "no:randomly",
+        "-n",
+        xdist,
         "--cvdiag-backend-log=backend.lo*",  # a glob, as for rotated logs
         "--cvdiag-backend-wait=60",  # a bound: the wait ends as soon as each story is whole
         f"--cvdiag-report={out}",
