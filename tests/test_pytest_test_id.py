@@ -161,3 +161,14 @@ def test_an_unfinished_story_is_marked_and_a_missing_log_is_said(
     )
     alone = pytester.runpytest_inprocess("--cvdiag-backend-log=nowhere-*.log")
     alone.stdout.fnmatch_lines(["cvdiag backend log: error: no file matches nowhere-*.log"])
+
+
+def test_the_first_token_timeout_reaches_the_page(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makepyfile(test_emits=EMITS)
+    out = tmp_path / "page.html"
+    pytester.runpytest_inprocess(
+        f"--cvdiag-report={out}", "--cvdiag-first-token-timeout=2.5"
+    ).assert_outcomes(passed=1)
+    assert "first-token timeout 2.5 s" in out.read_text(encoding="utf-8")

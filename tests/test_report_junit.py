@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, agent_scope
 from tests.support import junit
-from tests.support.report import Page, run
+from tests.support.report import TAGS, Page, run
 from tests.support.servers import serve_uvicorn
 from tests.test_report_browser import wait_ended, writing
 
@@ -121,6 +121,8 @@ def test_a_bad_junit_file_is_one_error_and_the_page_keeps_the_rest(tmp_path: Pat
     log = tmp_path / "backend.log"
     backend_log(log)
     good = junit.vitest(tmp_path / "ok.xml", [("chat > asserts a 500", "passed", [VITEST_ID])])
+    hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
+    junit.vitest(good, [("chat > asserts a 500", "passed", [VITEST_ID]), (hostile, "failed", [])])
     bad = tmp_path / "bad.xml"
     bad.write_text('<!DOCTYPE x [<!ENTITY a "b">]><testsuites/>', encoding="utf-8")
     out = tmp_path / "page.html"
@@ -130,5 +132,8 @@ def test_a_bad_junit_file_is_one_error_and_the_page_keeps_the_rest(tmp_path: Pat
     assert errors == [f"cvdiag: error: report: {bad}: not read: it declares a DOCTYPE (refused:"
                       " entities are never expanded)"]  # fmt: skip
     page = Page(out.read_text(encoding="utf-8"))
-    assert [case.outcome for case in page.cases] == ["passed"]
+    assert [case.outcome for case in page.cases] == ["failed", "passed"]
+    assert page.cases[0].name == f"test/chat.test.ts::{hostile}"  # text, never markup
+    assert "<script>alert" not in page.source
+    assert {tag for tag, _ in page.elements} <= TAGS
     assert len(page.rows) == 6
