@@ -4,6 +4,7 @@ nothing missing silently (``--cvdiag-log``'s folder, a page or backend log that 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -54,8 +55,6 @@ def test_every_client_the_fixture_offers_sends_the_id() -> None:
                 test_id.async_client(library="httpx2", base_url=url) as b,
             ):
                 return [(await a.get("/")).text, (await b.get("/")).text]
-
-        import asyncio
 
         assert asyncio.run(both()) == [f"{test_id}|", f"{test_id}|"]
     with pytest.raises(ValueError, match="library must be 'httpx' or 'httpx2'"):
