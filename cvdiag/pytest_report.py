@@ -123,8 +123,9 @@ def on_report(
 
 
 class Collector:
-    """The process that reports the session (not an xdist worker): the tests' lines in a
-    temporary log, then the page. Registered as a plugin only when ``--cvdiag-report`` is given."""
+    """The process that reports the session (not an xdist worker): the tests' lines in a log
+    beside the page, then the page, with the backend's stories and the session's tests (from
+    the ``Recorder``). Registered as a plugin only when ``--cvdiag-report`` is given."""
 
     def __init__(self, options: Options, recorder: Callable[[], Recorder | None]) -> None:
         self.options = options
