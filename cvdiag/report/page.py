@@ -178,9 +178,11 @@ def _row(row: dict[str, Any], labels: dict[str, str]) -> str:
     return (
         f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id, ID_SHOWN)}>"
         f'<td>{flap_class}</td><td class="id">{name}</td>'
-        f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"], STATUS_SHOWN)}</td>'
-        f'<td class="n">{duration(row["duration_ms"])}</td><td class="n">{int(calls)}</td>'
-        f'<td class="t">{text(first_seen)}</td></tr>\n'
+        f'<td class="n" data-label="req">{int(row["requests"])}</td>'
+        f"<td>{text(row['status'], STATUS_SHOWN)}</td>"
+        f'<td class="n">{duration(row["duration_ms"])}</td>'
+        f'<td class="n" data-label="LLM calls">{int(calls)}</td>'
+        f'<td class="t" data-label="first seen">{text(first_seen)}</td></tr>\n'
     )
 
 

@@ -28,8 +28,8 @@ _TAGS = (
 )
 _ATTRIBUTES = (
     "aria-hidden aria-label aria-live aria-pressed autocomplete charset class colspan content d"
-    " data-class data-id data-origin data-outcome data-until data-zoom height hidden href"
-    " http-equiv id lang name patterntransform patternunits placeholder preserveaspectratio"
+    " data-class data-id data-label data-origin data-outcome data-until data-zoom height hidden"
+    " href http-equiv id lang name patterntransform patternunits placeholder preserveaspectratio"
     " role tabindex title type value viewbox width x x1 x2 y y1 y2"
 )
 TAGS = frozenset(_TAGS.split())
