@@ -186,3 +186,29 @@ def test_any_retries_read_back_as_attempts(
         assert case.outcome == "failed"
     else:
         assert case.outcome == final
+
+
+def test_huge_texts_and_too_many_testcases_stay_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cvdiag.runs import junit as reader
+    from cvdiag.runs.cases import FAILURE_MAX
+
+    path = tmp_path / "big.xml"
+    noise = "y" * 3_000_000  # three times what an output keeps: the id after it is not read
+    path.write_text(
+        '<testsuites><testcase name="t"><failure message="boom">'
+        + "x" * 2_000_000
+        + f"</failure><system-out>cvdiag-test-id: {A}\n{noise}\ncvdiag-test-id: {B}"
+        + "</system-out></testcase></testsuites>",
+        encoding="utf-8",
+    )
+    (case,) = read_junit(str(path))
+    assert case.test_ids() == [A]
+    assert len(case.attempts[0].failure) <= FAILURE_MAX
+    assert case.attempts[0].failure.startswith("boom")
+    monkeypatch.setattr(reader, "MAX_CASES", 2)
+    many = tmp_path / "many.xml"
+    many.write_text("<testsuites>" + '<testcase name="t"/>' * 3 + "</testsuites>", "utf-8")
+    with pytest.raises(JUnitError, match=r"many\.xml: not read: it holds more than 2 testcases"):
+        read_junit(str(many))
