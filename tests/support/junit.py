@@ -89,8 +89,8 @@ def vitest(path: Path, cases: list[tuple[str, str, list[str]]]) -> Path:
 
 
 def jest(path: Path, cases: list[tuple[str, str, list[str]]]) -> Path:
-    """jest-junit: the id as a testcase property (``addFileAttribute`` style properties), the
-    failure as the element's text only."""
+    """jest-junit: the id as a testcase property (what its ``junitTestCaseProperties.js``
+    returns: it writes console output per suite, not per test), the failure as text only."""
     body = []
     for title, outcome, ids in cases:
         props = "".join(
