@@ -55,10 +55,17 @@ def playwright(path: Path, cases: list[tuple[str, str, list[str], list[tuple[str
 
 
 def vitest(path: Path, cases: list[tuple[str, str, list[str]]]) -> Path:
-    """vitest's ``junit`` reporter: a console line lands in the testcase's ``system-out``."""
+    """vitest's ``junit`` reporter: a console line lands in the testcase's ``system-out``,
+    escaped (no CDATA) and written before the ``<skipped/>`` or ``<failure>``."""
     body = []
     for title, outcome, ids in cases:
         inner = ""
+        if ids:
+            inner += (
+                "<system-out>\n"
+                + "".join(escape(f"cvdiag-test-id: {test_id}") + "\n" for test_id in ids)
+                + "</system-out>\n"
+            )
         if outcome == "failed":
             inner += (
                 '<failure message="expected 500 to be 200 // Object.is equality"'
@@ -67,18 +74,13 @@ def vitest(path: Path, cases: list[tuple[str, str, list[str]]]) -> Path:
             )
         elif outcome == "skipped":
             inner += "<skipped/>\n"
-        if ids:
-            inner += (
-                "<system-out>\n"
-                + "".join(escape(f"cvdiag-test-id: {test_id}") + "\n" for test_id in ids)
-                + "</system-out>\n"
-            )
         body.append(
             f'<testcase classname="test/chat.test.ts" name={quoteattr(title)} time="0.012">\n'
             f"{inner}</testcase>\n"
         )
     path.write_text(
-        HEAD + f'<testsuites name="vitest tests" tests="{len(cases)}" failures="0" errors="0"'
+        '<?xml version="1.0" encoding="UTF-8" ?>\n'
+        + f'<testsuites name="vitest tests" tests="{len(cases)}" failures="0" errors="0"'
         ' time="0.4">\n<testsuite name="test/chat.test.ts" timestamp="2026-11-28T10:00:00.000Z"'
         f' hostname="ci" tests="{len(cases)}" failures="0" errors="0" skipped="0" time="0.3">\n'
         + "".join(body)
