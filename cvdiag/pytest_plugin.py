@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import difflib
+import os
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from cvdiag import pytest_report
+from cvdiag import pytest_report, pytest_runs
 from cvdiag.core.context import _CURRENT
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitter_module
@@ -25,6 +26,8 @@ from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
 
 Envelope = Mapping[str, Any]
 _LOG_KEY = pytest.StashKey[FileSink]()
+RECORDER_KEY = pytest_runs.RECORDER_KEY
+cvdiag_test_id = pytest_runs.cvdiag_test_id
 #: Where a test's ``CvdiagEvents`` is kept on its item (the failure report reads it).
 EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()
 
@@ -143,7 +146,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=None,
         help="append every envelope captured by cvdiag_events to PATH (a CI artifact that "
-        "`cvdiag classify` reads)",
+        "`cvdiag classify` reads; its folder is created)",
+    )
+    group.addoption(
+        "--cvdiag-backend-log",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="the log of a backend running in its own process (its stdout), a glob, "
+        "repeatable: each failed test's report gets the story of the test ids it forwarded "
+        "(cvdiag_test_id), and --cvdiag-report draws them",
+    )
+    group.addoption(
+        "--cvdiag-backend-wait",
+        metavar="SECONDS",
+        type=float,
+        default=5.0,
+        help="wait up to SECONDS for a backend story's late lines (default 5); a story "
+        "still open then is marked incomplete",
+    )
+    group.addoption(
+        "--cvdiag-first-token-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="the first-token timeout --cvdiag-report classifies with (default 60, as cvdiag "
+        "report's)",
     )
     pytest_report.add_options(group)
 
@@ -155,8 +183,36 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     path = config.getoption("--cvdiag-log", default=None)
     if path:
-        config.stash[_LOG_KEY] = FileSink(path)
+        config.stash[_LOG_KEY] = FileSink(_log_path(config, str(path)))
+    backend = list(config.getoption("cvdiag_backend_log", default=None) or [])
+    if _recording(config) and not hasattr(config, "workerinput"):
+        wait = float(config.getoption("cvdiag_backend_wait", default=5.0))
+        recorder = pytest_runs.Recorder(backend, pytest_runs.root_of(config), wait)
+        config.stash[RECORDER_KEY] = recorder
+        config.pluginmanager.register(recorder, "cvdiag-runs")
     pytest_report.configure(config)
+
+
+def _recording(config: pytest.Config) -> bool:
+    """Whether the session's tests are recorded as a run (their attempts and test ids)."""
+    return bool(
+        config.getoption("cvdiag_backend_log", default=None)
+        or config.getoption("cvdiag_report", default=None)
+    )
+
+
+def _log_path(config: pytest.Config, path: str) -> str:
+    """``--cvdiag-log``'s path, its folder made (as --junitxml does); a path that cannot be
+    written is a usage error naming it, never a log silently missing."""
+    where = os.path.normpath(config.invocation_params.dir / os.path.expanduser(path))
+    try:
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        with open(where, "ab"):
+            pass
+    except OSError as exc:
+        message = f"--cvdiag-log: cannot write {where}: {exc.strerror or exc}"
+        raise pytest.UsageError(message) from None
+    return where
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -211,6 +267,8 @@ def pytest_runtest_makereport(
     """Add the replay of what a failed test emitted to its report (and, with
     ``--cvdiag-report``, where the page shows it)."""
     report = yield
+    if _recording(item.config):  # in an xdist worker too: the controller records
+        pytest_runs.ship(item, report)
     events = item.stash.get(EVENTS_KEY, None)
     if events is not None and report.failed and call.when == "call":
         report.sections.append(("cvdiag replay", _replay(events.all())))

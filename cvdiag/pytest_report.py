@@ -3,10 +3,15 @@
 of the tests that emitted it, and each failure naming the page and its test ids' anchors.
 
 A test's lines are complete once its ``cvdiag_events`` fixture is torn down (the emitter
-flushed), so they are taken from the teardown report. In one process they go straight to a
-temporary log. Under pytest-xdist each worker attaches them to that report instead: xdist
-serialises a report's attributes to the controller, which alone writes — one page at PATH
-whatever the number of workers, and no shared folder needed (remote workers too).
+flushed), so they are taken from the teardown report. In one process they go straight to a log
+beside the page (``<page>-envelopes.log``, kept: the page's evidence names it). Under
+pytest-xdist each worker attaches them to that report instead: xdist serialises a report's
+attributes to the controller, which alone writes — one page at PATH whatever the number of
+workers, and no shared folder needed (remote workers too).
+
+With ``--cvdiag-backend-log`` the page also draws the backend's stories of the tests' forwarded
+test ids (``cvdiag.pytest_runs``), and it knows the tests: each one's outcome (flaky when it
+failed and then passed on a rerun), failure text and attempts, counted by outcome.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Final
 
 import orjson
 import pytest
 
 if TYPE_CHECKING:  # imported when the page is written: every pytest run loads this module
+    from cvdiag.pytest_runs import Recorder
     from cvdiag.report import Report
 
 #: The failure report's section that names the page.
@@ -36,6 +42,7 @@ SHIPPED: Final = "cvdiag_report_lines"
 class Options:
     path: str
     every: bool
+    first_token_timeout: float | None = None
 
 
 _OPTIONS_KEY = pytest.StashKey[Options]()
@@ -69,10 +76,14 @@ def configure(config: pytest.Config) -> None:
         return
     # Resolved now, as --junitxml does: a test that changes directory does not move the page.
     where = os.path.expanduser(os.path.expandvars(str(path)))
-    options = Options(os.path.normpath(config.invocation_params.dir / where), every)
+    timeout = config.getoption("cvdiag_first_token_timeout", default=None)
+    path = os.path.normpath(config.invocation_params.dir / where)
+    options = Options(path, every, None if timeout is None else float(timeout))
     config.stash[_OPTIONS_KEY] = options
     if not hasattr(config, "workerinput"):  # an xdist worker ships its lines instead
-        collector = Collector(options)
+        from cvdiag.pytest_runs import RECORDER_KEY
+
+        collector = Collector(options, lambda: config.stash.get(RECORDER_KEY, None))
         config.stash[_COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cvdiag-report")
 
@@ -112,13 +123,23 @@ def on_report(
 
 
 class Collector:
-    """The process that reports the session (not an xdist worker): the tests' lines in a
-    temporary log, then the page. Registered as a plugin only when ``--cvdiag-report`` is given."""
+    """The process that reports the session (not an xdist worker): the tests' lines in a log
+    beside the page, then the page, with the backend's stories and the session's tests (from
+    the ``Recorder``). Registered as a plugin only when ``--cvdiag-report`` is given."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, recorder: Callable[[], Recorder | None]) -> None:
         self.options = options
-        handle, self._log_path = tempfile.mkstemp(prefix="cvdiag-pytest-", suffix=".log")
-        self._log = os.fdopen(handle, "wb")
+        self._recorder = recorder
+        # Beside the page, and kept: the page's evidence names the log it read. Where the
+        # page's folder cannot be made, a temporary log keeps the run going; the page's own
+        # write then fails, and says so.
+        self._log_path = f"{os.path.splitext(options.path)[0]}-envelopes.log"
+        try:
+            os.makedirs(os.path.dirname(options.path), exist_ok=True)
+            self._log = open(self._log_path, "wb")  # noqa: SIM115 (closed by close())
+        except OSError:
+            handle, self._log_path = tempfile.mkstemp(prefix="cvdiag-pytest-", suffix=".log")
+            self._log = os.fdopen(handle, "wb")
         #: Node id → its outcome (failed, passed, skipped, xfailed), in the order they finished.
         self._tests: dict[str, str] = {}
         #: Node id → its test ids, in emit order; test id → the node ids that emitted it.
@@ -146,30 +167,61 @@ class Collector:
         if isinstance(shipped, dict):
             lines = (str(line).encode("utf-8") for line in shipped.get("lines", ()))
             self.add(report.nodeid, str(shipped.get("outcome")), lines)
+        if report.failed and not any(name == SECTION for name, _ in report.sections):
+            attempt = getattr(report, "cvdiag_attempt", None)  # a test that forwarded an id
+            if isinstance(attempt, dict) and attempt.get("test_ids"):
+                report.sections.append((SECTION, f"report: {self.options.path}"))
         if report.failed and any(name == SECTION for name, _ in report.sections):
             self._failures.append(report)
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the page before the terminal shows the failures, so their sections can name
         each test's anchor in it."""
+        from cvdiag.analysis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
+        from cvdiag.pytest_backend import expand
         from cvdiag.report import gather
+        from cvdiag.runs.cases import drawn_ids, labels
 
         self._log.close()
+        recorder = self._recorder()
+        cases = recorder.all_cases() if recorder is not None else []
+        backend = expand(recorder.backend, recorder.root) if recorder is not None else []
+        backend = [name for name in backend if os.path.isfile(name)]  # the recorder said why
+        # The backend's log holds other runs' and other tests' ids: only this session's.
+        wanted = {test_id for case in cases for test_id in case.test_ids()}
+        if not self.options.every:
+            wanted &= drawn_ids(cases)
+        only = frozenset(wanted | set(self._nodes_of)) if backend else None
+        timeout = self.options.first_token_timeout
         try:
-            found = gather([self._log_path], every=True, warn=self._warnings.append)
-            found.sources = ["pytest session"]
-            found.labels = {
-                test_id: self._label(nodes) for test_id, nodes in self._nodes_of.items()
-            }
+            found = gather(
+                [self._log_path, *backend],
+                every=True,
+                only=only,
+                draw=drawn_ids(cases),
+                warn=self._warnings.append,
+                first_token_timeout=DEFAULT_FIRST_TOKEN_TIMEOUT if timeout is None else timeout,
+            )
+            found.sources = ["pytest session", *backend]
+            found.cases = cases
+            found.every = self.options.every  # drawn from a log already chosen: every=True
+            found.labels = labels(cases)
+            found.labels.update(
+                (test_id, self._label(nodes)) for test_id, nodes in self._nodes_of.items()
+            )
+            self._found = found
             _write_page(self.options.path, found)
         except OSError as exc:
             self._problem = f"not written: {self.options.path}: {exc.strerror or exc}"
             anchors: dict[str, str] = {}
+            if session.exitstatus == pytest.ExitCode.OK:  # a missing artifact fails the run
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
-            self._found = found
             anchors = {story.test_id: f"#t{index}" for index, story in enumerate(found.stories)}
+        forwarded = {case.name: case.test_ids() for case in cases}
         for report in self._failures:
-            text = self._section(list(self._ids_of.get(report.nodeid, ())), anchors)
+            ids = [*self._ids_of.get(report.nodeid, ()), *forwarded.get(report.nodeid, ())]
+            text = self._section(list(dict.fromkeys(ids)), anchors)
             report.sections[:] = [
                 (name, text if name == SECTION else content) for name, content in report.sections
             ]
@@ -182,7 +234,8 @@ class Collector:
     def close(self) -> None:
         self._log.close()
         with contextlib.suppress(OSError):
-            os.unlink(self._log_path)
+            if self._problem is not None or os.path.getsize(self._log_path) == 0:
+                os.unlink(self._log_path)  # no page names it
 
     def _label(self, nodes: dict[str, None]) -> str:
         # A test id every test sends (a fixed header) would otherwise label itself with the suite.
@@ -207,6 +260,12 @@ class Collector:
         if self._problem is not None:
             return f"cvdiag report: {self._problem}"
         path = self.options.path
+        found = self._found
+        if found is not None and found.cases:
+            from cvdiag.runs.cases import headline
+
+            test_ids = _count(found.test_ids, "test id")
+            return f"cvdiag report: {path} ({headline(found.cases)}; {test_ids})"
         if not self._tests:
             nothing = "no test" if self.options.every else "no failed test"
             return f"cvdiag report: {path} ({nothing} used cvdiag_events)"

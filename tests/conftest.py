@@ -84,9 +84,13 @@ SLOW = (
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
+    "tests/test_pytest_backend.py",  # a backend of its own: uvicorn in a subprocess
+    "tests/test_pytest_test_id.py",  # inner pytest sessions, a real server
     "tests/test_report_cli.py",
+    "tests/test_report_junit.py",  # a real server writes the backend's log
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
+    "tests/test_report_browser_runs.py",  # a real server's log, then the page in Chromium
     "tests/test_scrub_doors.py",
     "tests/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
     "tests/showcase_integration/test_showcase_server.py",

@@ -87,6 +87,8 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
         )
     ]
     assert len(suggested) >= 2 * len(SCENARIOS) + 4
+    transcript = _SGR.sub("", done.stdout)
+    compared = 0
     (tmp_path / "cvdiag-demo.html").unlink()  # the demo wrote it; the command shown writes it too
     for command in suggested:
         run = subprocess.run(
@@ -98,6 +100,13 @@ def test_the_commands_the_demo_suggests_read_the_log_it_wrote(tmp_path: Path) ->
             cwd=tmp_path,
         )
         assert run.returncode == 0, (command, run.stderr)
+        if command.startswith("cvdiag classify") and f"$ {command}\n" in transcript:
+            # The transcript shows what the command prints, not a line of its own.
+            printed = [f"  {line}" for line in _SGR.sub("", run.stdout).splitlines()]
+            after = transcript.split(f"$ {command}\n", 1)[1].splitlines()
+            assert after[: len(printed)] == printed, command
+            compared += 1
+    assert compared >= len(SCENARIOS)  # each scenario's, and the one suggested again
     assert (tmp_path / "cvdiag-demo.html").read_text().startswith("<!doctype html>")
 
 

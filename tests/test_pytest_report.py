@@ -82,7 +82,7 @@ def test_the_page_holds_the_failed_tests_and_the_failure_names_it(
             "*- cvdiag replay -*",
             "*- cvdiag report -*",
             f"report: {out}#t0",
-            f"*cvdiag report: {out} (1 failed test, 1 test id)*",
+            f"*cvdiag report: {out} (1 failed, 1 passed; 1 test id)*",
         ]
     )
 
@@ -116,7 +116,9 @@ def test_expected_to_fail(cvdiag_events):
         "failing-request",
         "passing-request",
     ]
-    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (3 tests, 1 failed, 3 test ids)*"])
+    result.stdout.fnmatch_lines(
+        [f"*cvdiag report: {out} (1 failed, 1 passed, 1 skipped; 3 test ids)*"]
+    )
 
 
 def test_each_failure_names_its_own_test_ids_anchors(
@@ -170,7 +172,7 @@ def test_shared(cvdiag_events, number):
     result.assert_outcomes(failed=7)
     first = ", ".join(f"test_app.py::test_shared[{number}]" for number in range(5))
     assert f"{first} and 2 more tests<" in page(out)
-    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (7 failed tests, 1 test id)*"])
+    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (7 failed; 1 test id)*"])
 
 
 def test_under_xdist_the_workers_make_one_page(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -194,11 +196,15 @@ def test_{number}(cvdiag_events):
         outcome = "failed" if number % 2 else "passed"
         assert f"test_app.py::test_{number} ({outcome})" in text
     assert sorted(stories(text).values()) == [f"request-{number}" for number in range(6)]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["cvdiag.html"]
+    # The tests' own envelopes stay beside the page: its evidence names that log.
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "cvdiag-envelopes.log",
+        "cvdiag.html",
+    ]
     by_id = {test_id: anchor for anchor, test_id in stories(text).items()}
     reports = sorted(line for line in result.stdout.lines if line.startswith("report: "))
     assert reports == sorted(f"report: {out}#{by_id[f'request-{n}']}" for n in (1, 3, 5))
-    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (6 tests, 3 failed, 6 test ids)*"])
+    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (3 failed, 3 passed; 6 test ids)*"])
 
 
 def test_a_run_without_failures_still_replaces_the_page(
@@ -224,7 +230,7 @@ def test_without_the_fixture():
     assert "failing-request" not in text
     assert "passing-request" not in text
     assert "no test id in this log" in text
-    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (no failed test used cvdiag_events)*"])
+    result.stdout.fnmatch_lines([f"*cvdiag report: {out} (2 passed; 0 test ids)*"])
 
 
 def test_a_page_that_cannot_be_written_is_said_and_the_run_keeps_its_outcome(

@@ -810,9 +810,15 @@ def test_a_screenshot_is_drawn_at_desktop_and_phone_width(
         assert share >= 0.01, share  # a hundredth of the pixels differ from the background
         narrow = script(
             chrome,
-            "return getComputedStyle(document.querySelector('table.tests th:nth-child(6)'))"
-            ".display",
+            "return getComputedStyle(document.querySelector('table.tests thead')).display",
         )
-        assert (narrow == "none") == (width <= 640)  # the phone layout drops two columns
+        assert (narrow == "none") == (width <= 640)  # the phone layout: cards, no header
+        # ...and no column left out: each cell of a row shows (issue 38).
+        hidden = script(
+            chrome,
+            "return Array.from(document.querySelectorAll('table.tests tbody tr:first-child td'))"
+            ".filter(td => getComputedStyle(td).display === 'none').length",
+        )
+        assert hidden == 0
     finally:
         chrome.set_window_size(1280, 900)

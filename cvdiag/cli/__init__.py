@@ -4,8 +4,8 @@ Every failure is one line on stderr (``cvdiag: error: ...``) and a documented ex
 traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
 3 an internal error, 130 interrupted.
 
-May import: cvdiag.analysis, cvdiag.core, cvdiag.report, cvdiag.schema; the demo (``demo.py``) also
-cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
+May import: cvdiag.analysis, cvdiag.core, cvdiag.report, cvdiag.runs, cvdiag.schema; the demo
+(``demo.py``) also cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
 """
 
 from __future__ import annotations

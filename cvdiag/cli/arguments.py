@@ -272,13 +272,18 @@ def _report() -> Parser:
         with their classes, then for each failed one a waterfall, the class with its reason and
         evidence, and its envelopes. --all draws healthy test ids too. The page loads nothing
         from anywhere and runs no value from the log.""",
-        "cvdiag report app.log\ncvdiag report --all -o run-42.html app.log.gz",
+        "cvdiag report app.log\ncvdiag report --all -o run-42.html app.log.gz\n"
+        "cvdiag report backend.log --junit results.xml",
     )
     p.add_argument("-o", "--output", default="cvdiag-report.html", metavar="PATH",
                    help="the page to write (default %(default)s; '-': stdout)")  # fmt: skip
     p.add_argument("--all", action="store_true", help="draw healthy test ids too")
     p.add_argument("--max-drawn", type=count, default=50, metavar="N",
                    help="draw at most N test ids (default %(default)s)")  # fmt: skip
+    p.add_argument("--junit", action="extend", nargs="+", default=[], metavar="XML",
+                   help="JUnit XML of the test run (pytest, Playwright, vitest, Jest): the page"
+                   " shows each test, its outcome, attempts and failure, joined to its test"
+                   " ids")  # fmt: skip
     _test_ids(p, "report only this test id")
     _timeout(p)
     _files(p)

@@ -293,7 +293,7 @@ def run(
 ) -> int:
     """Run the demo: envelopes to ``log``, their page to ``report`` (both replaced), coloured as
     ``color`` (``--color``) says; 0 when every scenario got the class it shows off."""
-    from cvdiag.cli.commands import _failed_row  # late: the demo imports the CLI, not the reverse
+    from cvdiag.cli.commands import _failed_row, render_verdict  # late: no import cycle
     from cvdiag.cli.style import Style, class_color, safe, use_color
     from cvdiag.cli.tail import render
 
@@ -343,7 +343,9 @@ def run(
                 default = timeout == classify.DEFAULT_FIRST_TOKEN_TIMEOUT
                 option = "" if default else f" --first-token-timeout {timeout:g}"
                 say(f"$ cvdiag classify {scenario.test_id} {name}{option}", "cyan")
-                say(f"  {verdict.flap_class}: {verdict.reason}", *class_color(verdict.flap_class))
+                # What the command prints, as it styles it: the transcript is one to rerun.
+                for i, row in enumerate(render_verdict(verdict)):
+                    say(f"  {row}", *class_color(verdict.flap_class) if i == 1 else ())
     finally:
         flush()
         configure(Settings(), sinks=[MemorySink()])

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 from cvdiag.analysis.reading import STDIN, Inputs
 from cvdiag.cli.opening import names
-from cvdiag.cli.output import OK, Failure, Malformations, OutputError, say
+from cvdiag.cli.output import OK, USAGE, Failure, Malformations, OutputError, say
 from cvdiag.cli.style import Progress
 from cvdiag.report import Report, gather, write
+from cvdiag.runs import Case, JUnitError, drawn_ids, headline, labels, read_junit
 
 
 def report(args: argparse.Namespace) -> int:
@@ -27,6 +28,7 @@ def report(args: argparse.Namespace) -> int:
         if progress.enabled:
             inputs.watch(lambda done, total: _progress(progress, done, total))
 
+    cases, unread = _junit(args.junit)
     with _rereadable(args.files) as files:
         found = gather(
             files,
@@ -37,22 +39,43 @@ def report(args: argparse.Namespace) -> int:
             on_malformed=malformed,
             warn=lambda message: say(f"warning: report: {message}"),
             watch=watch,
+            draw=drawn_ids(cases),
         )
     progress.done()
     malformed.finish()
     if not found.test_ids:
         raise Failure(f"no CVDIAG envelope in {names(args)}")
     found.sources = [("stdin" if name == STDIN else name) for name in args.files]
+    found.sources += args.junit
+    found.cases = cases
+    found.labels.update(labels(cases))
     if args.output == "-":
         _write_stdout(found)
-        return OK
+        return USAGE if unread else OK
     write_page(args.output, found)
     failed = found.test_ids - found.counts.get("healthy", 0)
+    tests = f"tests: {headline(cases)}; " if args.junit else ""
     say(
-        f"report: wrote {args.output}: {found.test_ids} test id(s), {failed} failed,"
+        f"report: wrote {args.output}: {tests}{found.test_ids} test id(s), {failed} failed,"
         f" {len(found.stories)} drawn"
     )
-    return OK
+    # A JUnit file that could not be read is said at once; the page is still written from the
+    # rest, and the status says something was left out.
+    return USAGE if unread else OK
+
+
+def _junit(paths: list[str]) -> tuple[list[Case], int]:
+    """The tests of every JUnit file that can be read, and how many could not (each one an
+    error line naming it)."""
+    cases: list[Case] = []
+    unread = 0
+    for path in paths:
+        try:
+            cases.extend(read_junit(path))
+        except JUnitError as exc:
+            say(f"error: report: {exc}")
+            unread += 1
+    return cases, unread
 
 
 def _progress(progress: Progress, done: int, total: int | None) -> None:

@@ -36,6 +36,7 @@ from cvdiag.analysis.reading import (
 from cvdiag.analysis.rows import Rows
 from cvdiag.analysis.shape import shape_problem
 from cvdiag.report.story import Story
+from cvdiag.runs.cases import Case
 
 #: Test ids drawn in full (waterfall, class, envelopes); the others are listed only.
 MAX_DETAILS: Final = 50
@@ -71,6 +72,8 @@ class Report:
     every: bool = False
     #: Labels to show beside test ids (a pytest node id, from the plugin), by test id.
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The run's tests (from pytest or JUnit files): the page counts them by outcome.
+    cases: list[Case] = dataclasses.field(default_factory=list)
 
 
 def gather(
@@ -83,11 +86,13 @@ def gather(
     on_malformed: Callable[[Malformed], None] | None = None,
     warn: Callable[[str], None] | None = None,
     watch: Callable[[Inputs], None] | None = None,
+    draw: frozenset[str] = frozenset(),
 ) -> Report:
     """Read ``files`` (each one that can be read twice: no stdin) into a ``Report``.
 
-    ``only`` limits the report to those test ids; ``watch`` sees the inputs of the first read
-    (progress on a long read)."""
+    ``only`` limits the report to those test ids; ``draw`` names test ids drawn first whatever
+    their class (a failed test's, whose requests may all be healthy); ``watch`` sees the inputs
+    of the first read (progress on a long read)."""
     malformed = _Count(on_malformed)
     rows = Rows(first_token_timeout)
     drops: list[Record] = []
@@ -133,7 +138,9 @@ def gather(
     finally:
         folded.close()
     listed = failed + healthy[: max(0, MAX_ROWS - len(failed))]
-    drawn = [row for row in listed if every or row["flap_class"] != "healthy"][:max_details]
+    wanted = [row for row in listed if row["test_id"] in draw]
+    others = [row for row in listed if every or row["flap_class"] != "healthy"]
+    drawn = [*wanted, *(row for row in others if row["test_id"] not in draw)][:max_details]
     stories = _stories(files, drawn, drops, first_token_timeout)
     for index, (drawn_row, story) in enumerate(zip(drawn, stories, strict=True)):
         drawn_row["detail"] = index

@@ -20,10 +20,13 @@ from importlib import resources
 from typing import IO, Any, Final
 
 from cvdiag.core.version import __version__ as VERSION
+from cvdiag.report.cases import CASE_MAX, MAX_CASES
+from cvdiag.report.cases import render as render_cases
 from cvdiag.report.detail import ID_SHOWN, SECTION_MAX, section
 from cvdiag.report.gather import MAX_DETAILS, MAX_ROWS, Report
 from cvdiag.report.markup import WIDEST, attr, text
 from cvdiag.report.style import BADGES, badge, duration
+from cvdiag.runs.cases import headline
 
 COLUMNS: Final = ("class", "test id", "req", "status", "duration", "LLM calls", "first seen")
 #: Characters of a row's status shown (it quotes the log: ``aborted <termination_kind>``).
@@ -38,14 +41,15 @@ ROW_MAX: Final = 900 + WIDEST * (3 * ID_SHOWN + STATUS_SHOWN + CAVEAT_SHOWN + 23
 FRAME_MAX: Final = 8000
 
 
-def bound(drawn: int = MAX_DETAILS, sources: int = 0) -> int:
+def bound(drawn: int = MAX_DETAILS, sources: int = 0, tests: int = 0) -> int:
     """The most UTF-8 bytes (so characters) a page can take with ``drawn`` test ids drawn,
     whatever its log holds; ``sources``: the length of the names of the files read. A value's
     character takes at most ``WIDEST`` bytes, escaped or not; the constants' slack holds the
     page's own few non-ASCII marks (``…``, ``↑``, a class's shape)."""
     assets = len(_asset("report.css")) + len(_asset("report.js"))
     frame = FRAME_MAX + assets + WIDEST * sources
-    return frame + MAX_ROWS * ROW_MAX + drawn * SECTION_MAX
+    listed = min(tests, MAX_CASES) * CASE_MAX
+    return frame + MAX_ROWS * ROW_MAX + drawn * SECTION_MAX + listed
 
 
 @functools.cache
@@ -68,8 +72,7 @@ def policy() -> str:
 
 def render(report: Report) -> Iterator[str]:
     """The page, in pieces (a section per drawn test id: the whole page is never one string)."""
-    failed = report.test_ids - report.counts.get("healthy", 0)
-    title = f"cvdiag report: {failed} of {report.test_ids} test ids failed"
+    title = f"cvdiag report: {_headline(report)}"
     yield (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy"{attr("content", policy())}>\n'
@@ -84,6 +87,7 @@ def render(report: Report) -> Iterator[str]:
         '<line class="hatch-line" x1="0" y1="0" x2="0" y2="6"/></pattern></defs></svg>\n'
     )
     yield from _header(report, title)
+    yield from render_cases(report)
     yield from _overview(report)
     for index, story in enumerate(report.stories):
         yield section(index, story, report)
@@ -94,6 +98,15 @@ def render(report: Report) -> Iterator[str]:
         " <kbd>←</kbd>/<kbd>→</kbd> pan.</footer>\n"
     )
     yield f"<script>{_asset('report.js')}</script>\n</body>\n</html>\n"
+
+
+def _headline(report: Report) -> str:
+    """Tests by outcome when the page knows the tests (their runner's word, not a class);
+    else test ids by class."""
+    if report.cases:
+        return headline(report.cases)
+    failed = report.test_ids - report.counts.get("healthy", 0)
+    return f"{failed} of {report.test_ids} test ids failed"
 
 
 def _header(report: Report, title: str) -> Iterator[str]:
@@ -165,9 +178,11 @@ def _row(row: dict[str, Any], labels: dict[str, str]) -> str:
     return (
         f"<tr{attr('data-class', row['flap_class'])}{attr('data-id', test_id, ID_SHOWN)}>"
         f'<td>{flap_class}</td><td class="id">{name}</td>'
-        f'<td class="n">{int(row["requests"])}</td><td>{text(row["status"], STATUS_SHOWN)}</td>'
-        f'<td class="n">{duration(row["duration_ms"])}</td><td class="n">{int(calls)}</td>'
-        f'<td class="t">{text(first_seen)}</td></tr>\n'
+        f'<td class="n" data-label="req">{int(row["requests"])}</td>'
+        f"<td>{text(row['status'], STATUS_SHOWN)}</td>"
+        f'<td class="n">{duration(row["duration_ms"])}</td>'
+        f'<td class="n" data-label="LLM calls">{int(calls)}</td>'
+        f'<td class="t" data-label="first seen">{text(first_seen)}</td></tr>\n'
     )
 
 

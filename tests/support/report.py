@@ -28,9 +28,9 @@ _TAGS = (
 )
 _ATTRIBUTES = (
     "aria-hidden aria-label aria-live aria-pressed autocomplete charset class colspan content d"
-    " data-class data-id data-origin data-until data-zoom height hidden href http-equiv id lang"
-    " name patterntransform patternunits placeholder preserveaspectratio role tabindex title"
-    " type value viewbox width x x1 x2 y y1 y2"
+    " data-class data-id data-label data-origin data-outcome data-until data-zoom height hidden"
+    " href http-equiv id lang name patterntransform patternunits placeholder preserveaspectratio"
+    " role tabindex title type value viewbox width x x1 x2 y y1 y2"
 )
 TAGS = frozenset(_TAGS.split())
 ATTRIBUTES = frozenset(_ATTRIBUTES.split())
@@ -45,6 +45,16 @@ class Section:
     folded: list[str] = dataclasses.field(default_factory=list)
     start: int = 0
     end: int = 0
+
+
+@dataclasses.dataclass
+class CaseView:
+    """A test as the page's tests section shows it."""
+
+    outcome: str
+    name: str = ""
+    links: list[str] = dataclasses.field(default_factory=list)
+    text: str = ""
 
 
 class Page(html.parser.HTMLParser):
@@ -62,6 +72,9 @@ class Page(html.parser.HTMLParser):
         self.drawn: dict[str, str] = {}  # test id (as shown) → its section's id
         self.sections: dict[str, Section] = {}
         self.texts: list[str] = []
+        #: The tests section's tests, in page order (``CaseView``).
+        self.cases: list[CaseView] = []
+        self._case: CaseView | None = None
         self._open: list[str] = []
         self._row: str | None = None
         self._section: Section | None = None
@@ -73,6 +86,11 @@ class Page(html.parser.HTMLParser):
         self.elements.append((tag, attrs))
         got = {name: value or "" for name, value in attrs}
         classes = got.get("class", "").split()
+        if tag == "li" and "case" in classes:
+            self._case = CaseView(got["data-outcome"])
+            self.cases.append(self._case)
+        elif tag == "a" and self._case is not None:
+            self._case.links.append(got.get("href", ""))
         if tag == "tr" and "data-id" in got:
             self.rows[got["data-id"]] = got["data-class"]
             self._row = got["data-id"]
@@ -96,6 +114,8 @@ class Page(html.parser.HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if self._open and self._open[-1] == tag:
             self._open.pop()
+        if tag == "li":
+            self._case = None
         if tag == "tr":
             self._row = None
             self._folded = False
@@ -110,6 +130,10 @@ class Page(html.parser.HTMLParser):
         elif where == "style":
             self.styles.append(data)
         self.texts.append(data)
+        if self._case is not None:
+            if where == "span" and not self._case.name:
+                self._case.name = data
+            self._case.text += data
         if self._folded and self._section is not None:
             self._section.folded[-1] += data
 

@@ -4,6 +4,8 @@
 // page's own markup (text and data- attributes, never parsed as HTML) and writes only text.
 (function () {
   var rows = Array.prototype.slice.call(document.querySelectorAll("table.tests tbody tr"));
+  // The drawn sections below the table follow its filter: what the table hides, they hide.
+  var stories = Array.prototype.slice.call(document.querySelectorAll("section.story"));
   var search = document.getElementById("search");
   var select = document.getElementById("class");
   var shown = document.getElementById("shown");
@@ -19,11 +21,12 @@
   function filter() {
     var needle = search ? search.value.trim().toLowerCase() : "";
     var wanted = select ? select.value : "";
-    rows.forEach(function (row) {
-      var id = (row.getAttribute("data-id") || "").toLowerCase();
-      row.hidden = (wanted !== "" && row.getAttribute("data-class") !== wanted) ||
-        (needle !== "" && id.indexOf(needle) < 0);
-    });
+    function out(element, id) {
+      return (wanted !== "" && element.getAttribute("data-class") !== wanted) ||
+        (needle !== "" && id.toLowerCase().indexOf(needle) < 0);
+    }
+    rows.forEach(function (row) { row.hidden = out(row, row.getAttribute("data-id") || ""); });
+    stories.forEach(function (story) { story.hidden = out(story, story.getAttribute("aria-label") || ""); });
     chips.forEach(function (chip) {
       chip.setAttribute("aria-pressed", String(chip.getAttribute("data-class") === wanted));
     });

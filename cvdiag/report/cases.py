@@ -1,0 +1,88 @@
+"""The page's tests: each test of the run (pytest's, or a JUnit file's) with its outcome, its
+failure text and every attempt's test ids, each linked to its story and shown with its class.
+
+A test's outcome is its runner's; the class beside each test id is cvdiag's, and never changes
+the outcome: a test that asserts a 500 passed, and its request is ``backend-error``. Failed and
+flaky tests come first, drawn whole; passed and skipped ones are listed too when the page
+draws every test id (``--all``), up to ``MAX_CASES`` in all. The headline counts them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+
+from cvdiag.report.markup import WIDEST, attr, text
+from cvdiag.report.style import badge
+from cvdiag.runs.cases import ATTEMPTS_MAX, FAILURE_MAX, IDS_MAX, Case
+
+if TYPE_CHECKING:
+    from cvdiag.report.gather import Report
+
+#: Tests listed on a page: past them, a note counts the rest.
+MAX_CASES: Final = 2000
+#: Characters of a test's name shown (a long node id wraps, it is never cut short).
+NAME_SHOWN: Final = 500
+#: Characters of one test id (as the overview shows them).
+ID_SHOWN: Final = 256
+#: The order tests are listed in: what needs reading first.
+ORDER: Final = {"failed": 0, "flaky": 1, "passed": 2, "skipped": 3}
+_ID_MAX: Final = 200 + WIDEST * 2 * ID_SHOWN
+#: The most one test's entry takes, whatever its runner wrote.
+CASE_MAX: Final = (
+    600 + WIDEST * NAME_SHOWN + ATTEMPTS_MAX * (200 + WIDEST * FAILURE_MAX + IDS_MAX * _ID_MAX)
+)
+
+
+def ordered(cases: Sequence[Case]) -> list[Case]:
+    return sorted(cases, key=lambda case: ORDER.get(case.outcome, 4))
+
+
+def render(report: Report) -> Iterator[str]:
+    """The tests' section (nothing when the page knows no tests)."""
+    if not report.cases:
+        return
+    anchors = {story.test_id: index for index, story in enumerate(report.stories)}
+    classes = {row["test_id"]: row["flap_class"] for row in report.rows}
+    wanted = ("failed", "flaky")
+    cases = [c for c in ordered(report.cases) if report.every or c.outcome in wanted]
+    yield '<section id="tests" aria-label="tests">\n<h2>Tests</h2>\n'
+    if not cases:
+        yield '<p class="note">no test failed</p>\n'
+    yield '<ol class="cases">\n'
+    for case in cases[:MAX_CASES]:
+        yield _case(case, anchors, classes)
+    yield "</ol>\n"
+    if len(cases) > MAX_CASES:
+        yield f'<p class="note">{len(cases) - MAX_CASES} more test(s) not listed</p>\n'
+    yield "</section>\n"
+
+
+def _case(case: Case, anchors: dict[str, int], classes: dict[str, str]) -> str:
+    outcome = case.outcome
+    parts = [
+        f"<li{attr('class', f'case o-{outcome}')}{attr('data-outcome', outcome)}>"
+        f'<p class="case-head"><b class="outcome">{text(outcome)}</b>'
+        f' <span class="name">{text(case.name, NAME_SHOWN)}</span></p>'
+    ]
+    whole = outcome in ("failed", "flaky")
+    several = len(case.attempts) > 1
+    for number, attempt in enumerate(case.attempts, 1):
+        ids = ", ".join(_test_id(test_id, anchors, classes) for test_id in attempt.test_ids)
+        head = f"attempt {number}: {text(attempt.outcome)} · " if several else ""
+        parts.append(f'<p class="attempt">{head}{ids or "no test id recorded"}</p>')
+        if whole and attempt.failure:
+            parts.append(f'<pre class="failure">{text(attempt.failure, FAILURE_MAX)}</pre>')
+    parts.append("</li>\n")
+    return "".join(parts)
+
+
+def _test_id(test_id: str, anchors: dict[str, int], classes: dict[str, str]) -> str:
+    shown = f'<span class="id">{text(test_id, ID_SHOWN)}</span>'
+    index = anchors.get(test_id)
+    if index is not None:
+        shown = f'<a href="#t{index}">{shown}</a>'
+    flap_class = classes.get(test_id)
+    if flap_class is None:
+        return f"{shown} <small>(not in the log)</small>"
+    return f"{shown} {badge(flap_class)}"
