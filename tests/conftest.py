@@ -53,6 +53,7 @@ SLOW = (
     "tests/test_analysis_fastcheck.py",
     "tests/test_async_libraries.py",
     "tests/test_benchmarks.py",
+    "tests/test_cancel_vocabulary.py",
     "tests/test_cli_big_logs.py",
     "tests/test_cli_causes_real.py",
     "tests/test_cli_commands.py",

@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from typing import Any, Final
 
 from cvdiag.core.context import _CURRENT, _STATE, RequestContext
-from cvdiag.core.errors import is_timeout
+from cvdiag.core.errors import error_class_of, is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
 from cvdiag.scopes.call_record import CallRecord
@@ -165,7 +165,7 @@ class LLMCall(Scope, CallRecord):
         if emitter is None or ctx is None or started is None:
             return
         if exc is not None:
-            error_class = type(exc).__qualname__
+            error_class = error_class_of(exc)  # trio's Cancelled too is CancelledError
             outcome = "timeout" if is_timeout(exc) else "err"
             client_left(exc)
         else:
