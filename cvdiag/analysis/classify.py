@@ -6,8 +6,9 @@ The facts of a test id are gathered envelope by envelope (``facts.Facts``); the 
 1. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
 2. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
    reported in the body), in-band or not.
-3. ``edge-interference`` – an edge (Cloudflare, a proxy) stood between client and backend,
-   shown by edge headers the provider's own failures do not explain.
+3. ``edge-interference`` – an edge (Cloudflare, a proxy) acted between client and backend: a
+   mitigation, a status the client got that the app did not send, a response cut on the way,
+   a connection closed after a proxy's idle timeout. A proxy's header alone is context.
 4. ``backend-error`` – the backend caught an exception, the provider refused its request (a
    4xx), or it reported an error in-band.
 5. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
@@ -30,10 +31,11 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.analysis import rules, waiting
+from cvdiag.analysis import edge, rules, waiting
 from cvdiag.analysis.calls import Ref
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.describe import text
+from cvdiag.analysis.edge import silence_ms
 from cvdiag.analysis.facts import Facts, gather
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.vocabulary import CUT, error_kind
@@ -57,7 +59,7 @@ NEEDS: Final[dict[str, Tier]] = {
 _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
-    ("edge-interference", rules.edge),
+    ("edge-interference", edge.edge),
     ("backend-error", rules.backend_error),
     ("stalled-backend", waiting.stalled),
     ("slow-first-token", waiting.slow),
@@ -133,6 +135,11 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         )
         found.refs.extend(facts.drop_refs)
         found.facts["dropped_envelopes"] = facts.dropped
+    if facts.aborts and "silence_ms" not in found.facts:
+        # Every aborted story says how long its stream had been silent, where the tier shows it.
+        silence = silence_ms(ctx, facts.aborts[0])
+        if silence is not None:
+            found.facts["silence_ms"] = round(silence, 1)
     return Verdict(
         facts.test_id,
         name,

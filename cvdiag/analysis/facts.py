@@ -28,8 +28,6 @@ from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: ``cf-mitigated`` values Cloudflare sets when it challenged or blocked the request.
 MITIGATIONS: Final = frozenset({"challenge", "jschallenge", "block"})
-#: ``via`` values that name a proxy between the edge and the backend.
-PROXIES: Final = ("squid", "varnish", "nginx-proxy", "unknown-proxy")
 #: Envelopes kept per kind of evidence: enough to show, small enough to keep for every test id.
 KEEP: Final = 8
 
@@ -55,6 +53,11 @@ class Abort:
     termination: Termination
     ref: Ref
     bytes_before: float | None
+    #: How long the stream had been silent when it ended: the terminal's ``silence_ms``, else
+    #: from when the client last got something the log times (an event, the ingress) to the
+    #: end (``quiet_since``); both None when the tier shows neither.
+    silence_ms: float | None = None
+    quiet_since: Key | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -70,7 +73,12 @@ class Facts:
     tier: Tier = Tier.DEFAULT
     bad_outcome: Ref | None = None
     mitigations: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    #: ``via`` values: a proxy in the path, context for the edge rule, never a cause alone.
     proxies: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    #: What the client saw, where the harness's probe layer wrote it: HTTP statuses it got
+    #: (``probe.network.response``/``error``) and a stream cut on its side (``probe.sse.aborted``).
+    client_statuses: list[tuple[float, Ref]] = dataclasses.field(default_factory=list)
+    client_cut: Ref | None = None
     retry_after: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
     rays: dict[str, Ref] = dataclasses.field(default_factory=dict)
     errors: int = 0
@@ -169,12 +177,26 @@ class Facts:
             if not keepalive:  # a ``: ping`` comment is no sign of tokens
                 self._flowing(ref, content=False)
                 self._quiet_from, self._sent_unknown = record.key, True
+        elif boundary.startswith("probe."):
+            self._add_probe(record, boundary, meta)
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
-                self.aborts.append(Abort(termination(meta), self._ref(record), size))
+                quiet = None if self._sent_unknown else self._quiet_from
+                silence = number(meta.get("silence_ms"))
+                ref = self._ref(record)
+                self.aborts.append(Abort(termination(meta), ref, size, silence, quiet))
                 self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
+
+    def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
+        if boundary == "probe.sse.aborted":
+            self.client_cut = self.client_cut or self._ref(record)
+            return
+        key = "status" if boundary == "probe.network.response" else "response_status"
+        status = number(meta.get(key)) if boundary.startswith("probe.network.") else None
+        if status is not None and len(self.client_statuses) < KEEP:
+            self.client_statuses.append((status, self._ref(record)))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,
@@ -250,9 +272,9 @@ class Facts:
         mitigated = edges.get("cf-mitigated", "").strip().lower()
         if mitigated in MITIGATIONS and len(self.mitigations) < KEEP:
             self.mitigations.append((mitigated, self._ref(record)))
-        via = edges.get("via", "").lower()
-        if any(proxy in via for proxy in PROXIES) and len(self.proxies) < KEEP:
-            self.proxies.append((edges["via"], self._ref(record)))
+        via = edges.get("via", "").strip()
+        if via and len(self.proxies) < KEEP:
+            self.proxies.append((via, self._ref(record)))
         if "retry-after" in edges and len(self.retry_after) < KEEP:
             self.retry_after.append((edges["retry-after"], self._ref(record)))
         ray = edges.get("cf-ray")
