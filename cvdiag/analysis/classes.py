@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from typing import Final
 
 CLASSES: Final = (
+    "mock-fixture-mismatch",
     "provider-rate-limited",
     "provider-error",
     "edge-interference",
@@ -18,6 +19,7 @@ CLASSES: Final = (
     "slow-first-token",
     "provider-empty",
     "client-abort",
+    "protocol-incomplete",
     "healthy",
     "unclassified",
 )

@@ -1,25 +1,30 @@
 """Why a test flapped: one class, a one-line reason, and the envelopes it rests on.
 
-The facts of a test id are gathered envelope by envelope (``facts.Facts``); the rules
-(``rules`` and ``waiting``) are then checked in a fixed order and the first that holds wins:
+The facts of a test id are gathered envelope by envelope (``facts.Facts``); the rules (``mock``,
+``rules``, ``edge``, ``waiting``, ``incomplete``) are then checked in a fixed order and the first
+that holds wins:
 
-1. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
-2. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
+1. ``mock-fixture-mismatch`` – a mock LLM provider matched no fixture for a call (its error code
+   ``no_fixture_match`` or the like), and no call answered ok after it: the test's fixtures.
+2. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
+3. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
    reported in the body), in-band or not.
-3. ``edge-interference`` – an edge (Cloudflare, a proxy) acted between client and backend: a
+4. ``edge-interference`` – an edge (Cloudflare, a proxy) acted between client and backend: a
    mitigation, a status the client got that the app did not send, a response cut on the way,
    a connection closed after a proxy's idle timeout. A proxy's header alone is context.
-4. ``backend-error`` – the backend caught an exception, the provider refused its request (a
+5. ``backend-error`` – the backend caught an exception, the provider refused its request (a
    4xx), or it reported an error in-band.
-5. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
+6. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
    a stream gone silent), or the backend otherwise kept the client waiting: nothing sent after
    its calls answered, or a client found gone just after a long wait.
-6. ``slow-first-token`` – the first byte, a call's first token or the first content event
+7. ``slow-first-token`` – the first byte, a call's first token or the first content event
    passed the timeout.
-7. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.
-8. ``client-abort`` – the client went away while no LLM call was waiting.
-9. ``healthy`` – every request completed ok.
-10. ``unclassified`` – none of the above.
+8. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.
+9. ``client-abort`` – the client went away while no LLM call was waiting.
+10. ``protocol-incomplete`` – an AG-UI run or a Responses stream completed without its terminal
+    event, or sent events after it.
+11. ``healthy`` – every request completed ok.
+12. ``unclassified`` – none of the above.
 
 A class that needs envelopes of a higher tier than the log holds cannot be ruled out; the
 verdict then carries a ``caveat`` naming them, beside the class the log still supports.
@@ -31,7 +36,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.analysis import edge, rules, waiting
+from cvdiag.analysis import edge, incomplete, mock, rules, waiting
 from cvdiag.analysis.calls import Ref
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.describe import text
@@ -44,6 +49,7 @@ from cvdiag.schema.vocabulary import Tier
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
 #: classes are also named at the default tier from a caught provider exception.
 NEEDS: Final[dict[str, Tier]] = {
+    "mock-fixture-mismatch": Tier.VERBOSE,
     "provider-rate-limited": Tier.VERBOSE,
     "provider-error": Tier.VERBOSE,
     "edge-interference": Tier.DEFAULT,
@@ -52,11 +58,13 @@ NEEDS: Final[dict[str, Tier]] = {
     "slow-first-token": Tier.VERBOSE,
     "provider-empty": Tier.VERBOSE,
     "client-abort": Tier.DEFAULT,
+    "protocol-incomplete": Tier.DEFAULT,  # the terminal names the stream's last event
     "healthy": Tier.DEFAULT,
     "unclassified": Tier.DEFAULT,
 }
 
 _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
+    ("mock-fixture-mismatch", mock.mock_mismatch),
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
     ("edge-interference", edge.edge),
@@ -65,6 +73,7 @@ _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("slow-first-token", waiting.slow),
     ("provider-empty", waiting.provider_empty),
     ("client-abort", waiting.client_abort),
+    ("protocol-incomplete", incomplete.protocol_incomplete),
     ("healthy", waiting.healthy),
 )
 

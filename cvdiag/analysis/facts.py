@@ -1,9 +1,8 @@
 """The facts of one test id, gathered envelope by envelope into a small summary.
 
-``cvdiag stats --by-class`` classifies every test id of a large log, so nothing here holds a test
-id's envelopes: only counts, a few references per kind of evidence, and one ``Call`` per LLM
-call. Envelopes are taken in time order (the reader merges inputs by ``ts`` then ``mono_ns``);
-what an LLM call had done *by the time the request ended* is read off that order.
+Nothing here holds a test id's envelopes (``stats --by-class`` classifies every test id of a
+large log): only counts, a few references per kind of evidence, one ``Call`` per LLM call.
+Envelopes come in time order; what a call had done *by the request's end* is read off it.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ from typing import Any, Final
 
 from cvdiag.analysis.calls import Call, Key, Ref
 from cvdiag.analysis.describe import edge_headers, number
+from cvdiag.analysis.protocol import Protocol
 from cvdiag.analysis.reading import Record
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import (
     CLIENT_EXCEPTIONS,
-    OK,
     Termination,
     is_content_event,
     is_error_event,
@@ -79,6 +78,8 @@ class Facts:
     #: (``probe.network.response``/``error``) and a stream cut on its side (``probe.sse.aborted``).
     client_statuses: list[tuple[float, Ref]] = dataclasses.field(default_factory=list)
     client_cut: Ref | None = None
+    #: Whether each request's stream kept its protocol (AG-UI, the Responses stream).
+    protocol: Protocol = dataclasses.field(default_factory=Protocol)
     retry_after: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
     rays: dict[str, Ref] = dataclasses.field(default_factory=dict)
     errors: int = 0
@@ -188,6 +189,7 @@ class Facts:
                 ref = self._ref(record)
                 self.aborts.append(Abort(termination(meta), ref, size, silence, quiet))
                 self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
+            self.protocol.end(self._ref(record), meta, completed=False)
 
     def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
         if boundary == "probe.sse.aborted":
@@ -221,12 +223,13 @@ class Facts:
         kind = meta.get("event_type")
         if not isinstance(kind, str):
             return
+        ref = self._ref(record)
+        self.protocol.event(kind, ref)
         if is_error_event(kind):
             self.error_event_count += 1
             if len(self.error_events) < KEEP:
-                self.error_events.append((kind, self._ref(record)))
+                self.error_events.append((kind, ref))
         elif is_content_event(kind):
-            ref = self._ref(record)
             if self.first_content is None:
                 self.first_content = (ref, self._last_ingress)
             self._flowing(ref, content=True)
@@ -258,6 +261,7 @@ class Facts:
         )
         self.completion_count += 1
         self._at_end(done.ref, record.envelope.get("duration_ms"))
+        self.protocol.end(done.ref, meta, completed=not done.bad)
         self.first_completion = self.first_completion or done
         self.last_completion = done
         if outcome != "ok":
@@ -331,6 +335,7 @@ class Facts:
             if isinstance(reasons, list):
                 call.finish_reasons = [r[:40] for r in reasons[:8] if isinstance(r, str) and r]
             call.after_request_end_ms = number(meta.get("after_request_end_ms"))
+            call.read_error(meta)
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
 
@@ -381,10 +386,6 @@ class Facts:
     @property
     def ended_badly(self) -> bool:
         return bool(self.abort_count or self.failed_count or self.error_status is not None)
-
-
-def answered_ok(call: Call) -> bool:
-    return call.response is not None and call.kind == OK
 
 
 def _string(value: Any) -> str | None:

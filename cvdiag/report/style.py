@@ -11,6 +11,7 @@ from cvdiag.report.markup import text
 
 #: A shape for each class, shown beside its name (the CSS gives it a colour too).
 BADGES: Final = {
+    "mock-fixture-mismatch": "⊘",
     "provider-rate-limited": "▲",
     "provider-error": "■",
     "edge-interference": "◆",
@@ -19,6 +20,7 @@ BADGES: Final = {
     "slow-first-token": "◔",
     "provider-empty": "○",
     "client-abort": "↩",
+    "protocol-incomplete": "◐",
     "healthy": "✓",
     "unclassified": "?",
 }

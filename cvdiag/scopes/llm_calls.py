@@ -184,6 +184,10 @@ class LLMCall(Scope, CallRecord):
         read = self.response_facts
         if read is not None and read.finish_reasons:  # why the model stopped: a length cut...
             metadata["finish_reasons"] = list(read.finish_reasons)
+        if read is not None and read.error_code is not None:  # a mock's ``no_fixture_match``...
+            metadata["provider_error_code"] = read.error_code
+            if read.error_message is not None:
+                metadata["provider_error_message"] = read.error_message
         request = self.request_state
         if request is not None and request.ended_at is not None:
             # The request's terminal is out and this call went on (a graph run reading after
