@@ -82,6 +82,7 @@ SLOW = (
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
+    "tests/test_protocol_real.py",
     "tests/test_report_cli.py",
     "tests/test_report_hostile.py",
     "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium

@@ -140,6 +140,17 @@ class Boundaries:
     def settle(self) -> None:
         """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
+    def last_event(self) -> str | None:
+        """The type of the stream's last event, where the exchange can name it (an SSE body)."""
+        return None
+
+    def _closing(self) -> dict[str, Any] | None:
+        """What a terminal adds to its metadata: the stream's last event (``last_event_type``),
+        for a reader to see whether its protocol ended (AG-UI ``RUN_FINISHED``)."""
+        last = self.last_event()
+        # A plain ``data:`` event ("message") names no protocol: its terminal stays as it was.
+        return None if last is None or last == "message" else {"last_event_type": last}
+
     def settle_streams(self, *, body_end: bool) -> None:
         """Before the terminal, end the LLM streams this request opened and dropped unclosed.
 
@@ -169,9 +180,12 @@ class Boundaries:
         self.settle()
         total = ms_since(self.start)
         status = self.status if status is None else status
+        extra = self._closing()
         lines = self._lines()
-        if lines is not None and lines.complete(
-            status, self.bytes_sent, total, self.event_count, self.edge
+        if (
+            extra is None
+            and lines is not None
+            and lines.complete(status, self.bytes_sent, total, self.event_count, self.edge)
         ):
             return
         self.emitter.emit(
@@ -182,6 +196,7 @@ class Boundaries:
                 "content_length": self.bytes_sent,
                 "total_duration_ms": total,
                 "sse_event_count": self.event_count,
+                **(extra or {}),
             },
             duration_ms=total,
             context=self.ctx,
@@ -201,8 +216,11 @@ class Boundaries:
         duration = ms_since(self.start)
         lines = self._lines()
         edge = self.edge  # the request's, and the response's if it had started
-        if lines is not None and lines.aborted(
-            termination_kind, self.bytes_sent, cause, duration, edge
+        extra = self._closing()
+        if (
+            extra is None
+            and lines is not None
+            and lines.aborted(termination_kind, self.bytes_sent, cause, duration, edge)
         ):
             return
         self.emitter.emit(
@@ -212,6 +230,7 @@ class Boundaries:
                 "termination_kind": termination_kind,
                 "bytes_before_abort": self.bytes_sent,
                 "termination_cause": cause,
+                **(extra or {}),
             },
             duration_ms=duration,
             context=self.ctx,

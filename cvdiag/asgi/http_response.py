@@ -20,7 +20,7 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import SSECounter, SSEParser
+from cvdiag.asgi.sse import SSECounter, SSEParser, last_event_type
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.
@@ -28,6 +28,8 @@ _INFLATE_BITS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS
 #: A compressed body is inflated this much at a time, so memory stays bounded.
 _INFLATE_STEP: Final = 256 * 1024
 _SSE_TYPE: Final = b"text/event-stream"
+#: Bytes of an SSE body's end kept for its terminal's ``last_event_type``, at least.
+_TAIL: Final = 4096
 #: Streams of newline-delimited records: each record is an event, however the bytes are
 #: chunked on the way (a compressor re-chunks them).
 _LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"application/json-seq")
@@ -53,6 +55,7 @@ class HTTPResponseSide(Exchange):
         "sent_before_failure",
         "stashed",
         "streaming",
+        "tail",
     )
 
     def setup(self) -> None:
@@ -82,6 +85,9 @@ class HTTPResponseSide(Exchange):
         self.stashed: Look | None = None
         #: The probe found the client gone as the response started.
         self.gone_at_start = False
+        #: The end of an SSE body as last looked at (a chunk, or a held batch): the terminal
+        #: names the stream's last event from it, once (``last_event``), never chunk by chunk.
+        self.tail = b""
 
     def _seen(self, message: Message) -> bool:
         """Look at one message before it is passed on; True when it ends the body."""
@@ -135,6 +141,8 @@ class HTTPResponseSide(Exchange):
             if self.inflate is not None:
                 body = self._inflated(body)
             self.bytes_sent += len(body)
+            if self.parser is not None or self.counter is not None:
+                self._keep_tail(body)
             if self.parser is not None:
                 if streaming:
                     for event_type, size in self.parser.feed(body):
@@ -163,6 +171,15 @@ class HTTPResponseSide(Exchange):
             return False
         self.body_done = True
         return True
+
+    def _keep_tail(self, data: bytes) -> None:
+        # A short piece (the end of an event, a ``\n\n``) keeps what came before it.
+        self.tail = data if len(data) >= _TAIL else self.tail[-_TAIL:] + data
+
+    def last_event(self) -> str | None:
+        """The type of the SSE body's last whole event, read once as the stream ends."""
+        self.settle()
+        return last_event_type(self.tail) if self.tail else None
 
     def _keepalive(self, body: bytes) -> bool:
         """Whether this (first) chunk of an SSE body holds only comments and blank lines."""
@@ -195,6 +212,7 @@ class HTTPResponseSide(Exchange):
             data = self._inflated(data)
         self.bytes_sent += len(data)
         if self.counter is not None:
+            self._keep_tail(data)
             self.event_count += self.counter.feed(data)
         elif self.lines:
             self.event_count += data.count(b"\n")

@@ -278,3 +278,14 @@ class SSEParser(_Framing):
         self._has_data = False
         self._lossy = False
         return event
+
+
+def last_event_type(tail: bytes) -> str | None:
+    """The type of the last whole event in ``tail`` (the end of an SSE body), named as
+    ``SSEParser`` names it; None when no whole event is there. Once per stream, at its end."""
+    blocks = tail[-DATA_KEEP:].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n")
+    for block in reversed(blocks[:-1] if len(blocks) > 1 else ()):  # the last is unfinished
+        events = SSEParser().feed(block.lstrip(b"\n") + b"\n\n")
+        if events:
+            return events[-1].event_type
+    return None
