@@ -80,6 +80,7 @@ SLOW = (
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
     "tests/test_mock_fixture_real.py",
+    "tests/test_nginx_real.py",  # real nginx in front of uvicorn
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
