@@ -4,7 +4,8 @@ AG-UI apps written with ag-ui-protocol's own encoder, and an OpenAI Responses-sh
 under uvicorn behind ``CvdiagMiddleware``, read by a real httpx client: a run that ends without
 ``RUN_FINISHED``, one that sends after it, and a Responses stream without ``response.completed``
 are ``protocol-incomplete`` in ``cvdiag classify`` and in the report alike; the whole run is
-``healthy``. Below the debug tier the terminal's ``last_event_type`` is what tells.
+``healthy``. Below the debug tier the terminal's ``first_event_type`` and ``last_event_type``
+tell.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ def test_a_stream_that_breaks_its_protocol_is_named_at_every_tier(
     log = tmp_path / "backend.log"
     log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
     terminals = {e["test_id"]: e["metadata"] for e in events.of("backend.response.complete")}
+    for name in ("whole", "unfinished", "after"):
+        assert terminals[f"{tier}-{name}"]["first_event_type"] == "RUN_STARTED"
+    assert terminals[f"{tier}-responses-cut"]["first_event_type"] == "response.created"
     assert terminals[f"{tier}-unfinished"]["last_event_type"] == "TEXT_MESSAGE_END"
     assert terminals[f"{tier}-after"]["last_event_type"] == "TEXT_MESSAGE_CONTENT"
     assert terminals[f"{tier}-whole"]["last_event_type"] == "RUN_FINISHED"

@@ -4,7 +4,8 @@ An AG-UI run is ``RUN_STARTED`` … ``RUN_FINISHED`` or ``RUN_ERROR``; a Respons
 ``response.created`` … ``response.completed``, ``response.failed`` or ``response.incomplete``. A
 stream that closes without its terminal event leaves the frontend waiting (or showing nothing)
 although HTTP says 200; events after it are dropped or misread. The debug tier names every
-event; below it the stream's terminal envelope names the last one (``last_event_type``).
+event; below it the stream's terminal envelope names the first and the last
+(``first_event_type``, ``last_event_type``).
 """
 
 from __future__ import annotations
@@ -24,18 +25,6 @@ TERMINALS: Final = {
     ),
 }
 _ALL_TERMINALS: Final = frozenset().union(*TERMINALS.values())
-
-
-def protocol_of(event_type: str) -> str | None:
-    """The protocol an event's name belongs to: AG-UI's are upper-case words, the Responses
-    stream's start with ``response.``."""
-    if event_type in OPENERS:
-        return OPENERS[event_type]
-    if event_type.startswith("response."):
-        return "OpenAI Responses stream"
-    if event_type.isupper() and event_type.replace("_", "").isalpha():
-        return "AG-UI run"
-    return None
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,12 +57,13 @@ class Protocol:
 
     def end(self, ref: Ref, meta: dict[str, Any], *, completed: bool) -> None:
         """The request's terminal: a completed stream that opened a protocol (seen in its
-        events, or named by the terminal's ``last_event_type``) must have ended it."""
-        written = meta.get("last_event_type")
-        if self.last is None and isinstance(written, str) and written and completed:
-            protocol = protocol_of(written)
-            if protocol is not None and written not in TERMINALS[protocol] and not self.breach:
-                self.breach = Breach(protocol, "incomplete", written, [ref])
+        events, or by the terminal's ``first_event_type`` and ``last_event_type``) must have ended
+        it."""
+        opened, written = meta.get("first_event_type"), meta.get("last_event_type")
+        if self.last is None and isinstance(opened, str) and isinstance(written, str):
+            protocol = OPENERS.get(opened)
+            if protocol is not None and written not in TERMINALS[protocol] and completed:
+                self.breach = self.breach or Breach(protocol, "incomplete", written, [ref])
         elif self.name is not None and self.ended is None and completed and not self.breach:
             kind, seen = self.last if self.last is not None else (None, None)
             refs = [ref] if seen is None else [seen, ref]

@@ -140,16 +140,20 @@ class Boundaries:
     def settle(self) -> None:
         """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
-    def last_event(self) -> str | None:
-        """The type of the stream's last event, where the exchange can name it (an SSE body)."""
-        return None
+    def edge_events(self) -> tuple[str | None, str | None]:
+        """The types of the stream's first and last events, where the exchange can name them
+        (an SSE body)."""
+        return None, None
 
     def _closing(self) -> dict[str, Any] | None:
-        """What a terminal adds to its metadata: the stream's last event (``last_event_type``),
-        for a reader to see whether its protocol ended (AG-UI ``RUN_FINISHED``)."""
-        last = self.last_event()
-        # A plain ``data:`` event ("message") names no protocol: its terminal stays as it was.
-        return None if last is None or last == "message" else {"last_event_type": last}
+        """What a terminal adds to its metadata: the stream's first and last events
+        (``first_event_type``, ``last_event_type``), for a reader to see whether it opened and
+        ended a protocol (AG-UI ``RUN_STARTED`` … ``RUN_FINISHED``). A plain ``data:`` event
+        ("message") names no protocol: then the terminal stays as it was."""
+        first, last = self.edge_events()
+        if last is None or last == "message":
+            return None
+        return {"first_event_type": first, "last_event_type": last}
 
     def settle_streams(self, *, body_end: bool) -> None:
         """Before the terminal, end the LLM streams this request opened and dropped unclosed.

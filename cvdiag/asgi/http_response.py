@@ -20,7 +20,7 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import SSECounter, SSEParser, last_event_type
+from cvdiag.asgi.sse import SSECounter, SSEParser, edge_event_type
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.
@@ -28,7 +28,8 @@ _INFLATE_BITS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS
 #: A compressed body is inflated this much at a time, so memory stays bounded.
 _INFLATE_STEP: Final = 256 * 1024
 _SSE_TYPE: Final = b"text/event-stream"
-#: Bytes of an SSE body's end kept for its terminal's ``last_event_type``, at least.
+#: Bytes of an SSE body's start, and at least of its end, kept for its terminal's
+#: ``first_event_type`` and ``last_event_type``.
 _TAIL: Final = 4096
 #: Streams of newline-delimited records: each record is an event, however the bytes are
 #: chunked on the way (a compressor re-chunks them).
@@ -49,6 +50,7 @@ class HTTPResponseSide(Exchange):
         "held",
         "inflate",
         "lines",
+        "opening",
         "parser",
         "request_read",
         "sent_at_disconnect",
@@ -85,8 +87,9 @@ class HTTPResponseSide(Exchange):
         self.stashed: Look | None = None
         #: The probe found the client gone as the response started.
         self.gone_at_start = False
-        #: The end of an SSE body as last looked at (a chunk, or a held batch): the terminal
-        #: names the stream's last event from it, once (``last_event``), never chunk by chunk.
+        #: The start and the end of an SSE body as looked at (a chunk, or a held batch): the
+        #: terminal names its first and last events from them, once (``edge_events``).
+        self.opening = b""
         self.tail = b""
 
     def _seen(self, message: Message) -> bool:
@@ -173,13 +176,17 @@ class HTTPResponseSide(Exchange):
         return True
 
     def _keep_tail(self, data: bytes) -> None:
+        if len(self.opening) < _TAIL:
+            self.opening += data[: _TAIL - len(self.opening)]
         # A short piece (the end of an event, a ``\n\n``) keeps what came before it.
         self.tail = data if len(data) >= _TAIL else self.tail[-_TAIL:] + data
 
-    def last_event(self) -> str | None:
-        """The type of the SSE body's last whole event, read once as the stream ends."""
+    def edge_events(self) -> tuple[str | None, str | None]:
+        """The types of the SSE body's first and last whole events, read once as it ends."""
         self.settle()
-        return last_event_type(self.tail) if self.tail else None
+        if not self.tail:
+            return None, None
+        return edge_event_type(self.opening, last=False), edge_event_type(self.tail, last=True)
 
     def _keepalive(self, body: bytes) -> bool:
         """Whether this (first) chunk of an SSE body holds only comments and blank lines."""

@@ -280,11 +280,13 @@ class SSEParser(_Framing):
         return event
 
 
-def last_event_type(tail: bytes) -> str | None:
-    """The type of the last whole event in ``tail`` (the end of an SSE body), named as
-    ``SSEParser`` names it; None when no whole event is there. Once per stream, at its end."""
-    blocks = tail[-DATA_KEEP:].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n")
-    for block in reversed(blocks[:-1] if len(blocks) > 1 else ()):  # the last is unfinished
+def edge_event_type(data: bytes, *, last: bool) -> str | None:
+    """The type of the first (or ``last``) whole event in ``data`` (the start or the end of an
+    SSE body), named as ``SSEParser`` names it; None when no whole event is there. Read once
+    per stream, at its end."""
+    blocks = data[-DATA_KEEP:].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n")
+    blocks.pop()  # unfinished (or empty)
+    for block in reversed(blocks) if last else blocks:
         events = SSEParser().feed(block.lstrip(b"\n") + b"\n\n")
         if events:
             return events[-1].event_type
