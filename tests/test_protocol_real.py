@@ -27,6 +27,7 @@ from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.cli import cvdiag
 from tests.support.report import classify, report
 from tests.support.servers import serve_uvicorn
+from tests.test_middleware_support import call, http_scope, terminals
 
 ag_ui_core = pytest.importorskip("ag_ui.core")
 ag_ui_encoder = pytest.importorskip("ag_ui.encoder")
@@ -148,3 +149,26 @@ def test_the_reason_names_the_last_event_and_what_was_missing(
     assert "sent TEXT_MESSAGE_CONTENT" in after["reason"]
     assert "after its terminal event" in after["reason"]
     assert after["evidence"]["breach"] == "after-terminal"
+
+
+@pytest.mark.parametrize("tier", ["default", "verbose"])
+async def test_an_event_type_holding_a_secret_never_reaches_the_terminal(
+    cvdiag_events: CvdiagEvents, tier: str
+) -> None:
+    """The event types a terminal names come from the app's bytes: scrubbed like any value."""
+    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8" * 3
+    frames = [b'data: {"type": "RUN_STARTED"}\n\n', f"event: {secret}\ndata: x\n\n".encode()]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    sink = cvdiag_events(tier)
+    await call(CvdiagMiddleware(app), http_scope("/"))
+    (terminal,) = terminals(list(sink.envelopes))
+    assert terminal["metadata"]["first_event_type"] == "RUN_STARTED"
+    assert terminal["metadata"]["last_event_type"]  # named, scrubbed
+    assert secret[8:20] not in str(list(sink.envelopes))
