@@ -24,7 +24,6 @@ TERMINALS: Final = {
         {"response.completed", "response.failed", "response.incomplete"}
     ),
 }
-_ALL_TERMINALS: Final = frozenset().union(*TERMINALS.values())
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,11 +46,12 @@ class Protocol:
     breach: Breach | None = None
 
     def event(self, kind: str, ref: Ref) -> None:
-        if self.name is None:
+        name = self.name
+        if self.last is None:  # the request's first event opens its protocol, or none
             self.name = OPENERS.get(kind)
-        elif self.ended is not None and self.breach is None:
-            self.breach = Breach(self.name, "after-terminal", kind, [self.ended[1], ref])
-        if kind in _ALL_TERMINALS and self.ended is None:
+        elif name is not None and self.ended is not None and self.breach is None:
+            self.breach = Breach(name, "after-terminal", kind, [self.ended[1], ref])
+        elif name is not None and self.ended is None and kind in TERMINALS[name]:
             self.ended = (kind, ref)
         self.last = (kind, ref)
 
