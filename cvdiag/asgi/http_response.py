@@ -184,9 +184,10 @@ class HTTPResponseSide(Exchange):
     def edge_events(self) -> tuple[str | None, str | None]:
         """The types of the SSE body's first and last whole events, read once as it ends."""
         self.settle()
-        if not self.tail:
-            return None, None
-        return edge_event_type(self.opening, last=False), edge_event_type(self.tail, last=True)
+        last = edge_event_type(self.tail, last=True) if self.tail else None
+        if last is None or last == "message":  # plain ``data:`` events: no protocol to name
+            return None, last
+        return edge_event_type(self.opening, last=False), last
 
     def _keepalive(self, body: bytes) -> bool:
         """Whether this (first) chunk of an SSE body holds only comments and blank lines."""
