@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.asgi.sse import SSEParser, edge_event_type
+from cvdiag.asgi.http_response import edge_event_type
+from cvdiag.asgi.sse import SSEParser
+from cvdiag.core.context import RequestContext
+from tests.test_template import _lines, _pair, _same, contexts
 
 NAMES = st.sampled_from(["RUN_STARTED", "TEXT_MESSAGE_CONTENT", "RUN_FINISHED", "response.created"])
 EVENT = st.one_of(
@@ -33,3 +36,53 @@ def test_the_edges_name_what_the_parser_names(blocks: list[str], ending: str, ta
     events = SSEParser().feed(body.encode())
     assert edge_event_type(data, last=True) == (events[-1].event_type if events else None)
     assert edge_event_type(data, last=False) == (events[0].event_type if events else None)
+
+
+names = st.one_of(
+    st.sampled_from(["RUN_STARTED", "RUN_FINISHED", "response.created"]),
+    st.text(max_size=30),
+    st.just("sk-proj-" + "A1b2C3d4E5f6G7h8" * 3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    context=contexts,
+    first=st.one_of(st.none(), names),
+    last=names,
+    numbers=st.tuples(*[st.integers(0, 2**53)] * 3),
+)
+def test_a_named_terminal_is_the_line_emit_writes(
+    context: RequestContext, first: str | None, last: str, numbers: tuple[int, int, int]
+) -> None:
+    """The templates write a terminal naming its stream's events as ``emit`` would: the same
+    bytes, the types scrubbed as identifiers."""
+    emitter, sink = _pair()
+    length, total, events = numbers
+    lines = _lines(emitter, context)
+    named = {"first_event_type": first, "last_event_type": last}
+    if lines.complete(200, length, total, events, None, (first, last)):
+        metadata = {"http_status": 200, "content_length": length, "total_duration_ms": total}
+        emitter.emit(
+            "backend.response.complete",
+            outcome="ok",
+            metadata={**metadata, "sse_event_count": events, **named},
+            duration_ms=total,
+            context=context,
+        )
+        _same(*list(sink.lines)[-2:])
+    if lines.aborted("rst", length, "client_disconnect", total, None, (first, last)):
+        emitter.emit(
+            "backend.sse.aborted",
+            outcome="err",
+            metadata={
+                "termination_kind": "rst",
+                "bytes_before_abort": length,
+                "termination_cause": "client_disconnect",
+                **named,
+            },
+            duration_ms=total,
+            context=context,
+        )
+        _same(*list(sink.lines)[-2:])
+    assert "A1b2C3d4E5f6" not in str(list(sink.lines))

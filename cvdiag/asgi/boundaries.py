@@ -145,15 +145,13 @@ class Boundaries:
         (an SSE body)."""
         return None, None
 
-    def _closing(self) -> dict[str, Any] | None:
+    def _closing(self) -> tuple[str | None, str] | None:
         """What a terminal adds to its metadata: the stream's first and last events
         (``first_event_type``, ``last_event_type``), for a reader to see whether it opened and
         ended a protocol (AG-UI ``RUN_STARTED`` … ``RUN_FINISHED``). A plain ``data:`` event
         ("message") names no protocol: then the terminal stays as it was."""
         first, last = self.edge_events()
-        if last is None or last == "message":
-            return None
-        return {"first_event_type": first, "last_event_type": last}
+        return None if last is None or last == "message" else (first, last)
 
     def settle_streams(self, *, body_end: bool) -> None:
         """Before the terminal, end the LLM streams this request opened and dropped unclosed.
@@ -184,12 +182,10 @@ class Boundaries:
         self.settle()
         total = ms_since(self.start)
         status = self.status if status is None else status
-        extra = self._closing()
+        named = self._closing()
         lines = self._lines()
-        if (
-            extra is None
-            and lines is not None
-            and lines.complete(status, self.bytes_sent, total, self.event_count, self.edge)
+        if lines is not None and lines.complete(
+            status, self.bytes_sent, total, self.event_count, self.edge, named
         ):
             return
         self.emitter.emit(
@@ -200,7 +196,7 @@ class Boundaries:
                 "content_length": self.bytes_sent,
                 "total_duration_ms": total,
                 "sse_event_count": self.event_count,
-                **(extra or {}),
+                **_names(named),
             },
             duration_ms=total,
             context=self.ctx,
@@ -220,11 +216,9 @@ class Boundaries:
         duration = ms_since(self.start)
         lines = self._lines()
         edge = self.edge  # the request's, and the response's if it had started
-        extra = self._closing()
-        if (
-            extra is None
-            and lines is not None
-            and lines.aborted(termination_kind, self.bytes_sent, cause, duration, edge)
+        named = self._closing()
+        if lines is not None and lines.aborted(
+            termination_kind, self.bytes_sent, cause, duration, edge, named
         ):
             return
         self.emitter.emit(
@@ -234,9 +228,13 @@ class Boundaries:
                 "termination_kind": termination_kind,
                 "bytes_before_abort": self.bytes_sent,
                 "termination_cause": cause,
-                **(extra or {}),
+                **_names(named),
             },
             duration_ms=duration,
             context=self.ctx,
             edge_headers=edge,
         )
+
+
+def _names(named: tuple[str | None, str] | None) -> dict[str, str | None]:
+    return {} if named is None else {"first_event_type": named[0], "last_event_type": named[1]}

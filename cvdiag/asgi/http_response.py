@@ -20,7 +20,7 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import SSECounter, SSEParser, edge_event_type
+from cvdiag.asgi.sse import DATA_KEEP, TYPE_MAX, SSECounter, SSEParser, json_type
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.
@@ -184,8 +184,11 @@ class HTTPResponseSide(Exchange):
     def edge_events(self) -> tuple[str | None, str | None]:
         """The types of the SSE body's first and last whole events, read once as it ends."""
         self.settle()
-        last = edge_event_type(self.tail, last=True) if self.tail else None
-        if last is None or last == "message":  # plain ``data:`` events: no protocol to name
+        tail = self.tail
+        if b'"type"' not in tail and b"event:" not in tail:
+            return None, None  # plain ``data:`` events name no protocol: no parse
+        last = edge_event_type(tail, last=True)
+        if last is None or last == "message":
             return None, last
         return edge_event_type(self.opening, last=False), last
 
@@ -226,3 +229,37 @@ class HTTPResponseSide(Exchange):
             self.event_count += data.count(b"\n")
         else:  # held chunks are all mid-stream: each non-empty one is an event
             self.event_count += chunks
+
+
+def edge_event_type(data: bytes, *, last: bool) -> str | None:
+    """The type of the first (or ``last``) whole event at the start (end) of an SSE body, named
+    as ``SSEParser`` names it, or None. Once per stream, at its end: the edge block first (the
+    usual answer), else every block of 4 KiB, then (a long event) of ``DATA_KEEP`` bytes."""
+    for size in (4096, DATA_KEEP):
+        window = data[-size:] if last else data[:size]
+        if b"\r" in window:
+            window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        edge = window.rsplit(b"\n\n", 2)[-2:-1] if last else window.split(b"\n\n", 1)[:-1]
+        found = _event_type(edge[0]) if edge else None
+        if found is not None:
+            return found
+        blocks = window.split(b"\n\n")[:-1]  # the last piece is unfinished
+        for block in reversed(blocks) if last else blocks:
+            found = _event_type(block)
+            if found is not None:
+                return found
+        if len(data) <= size:
+            return None
+    return None
+
+
+def _event_type(block: bytes) -> str | None:
+    fields = [line.partition(b":") for line in block.strip(b"\n").split(b"\n")]
+    values = [v[1:] if v[:1] == b" " else v for n, _, v in fields if n == b"data"]
+    if not values:
+        return None
+    kind = next((v.strip()[:TYPE_MAX] for n, _, v in fields if n == b"event"), b"")
+    if kind:
+        return kind.decode("utf-8", "replace")
+    joined = b"\n".join(values)  # the common ``{"type": "X"`` read first, without a parse
+    return json_type(joined, complete=False) or json_type(joined) or "message"

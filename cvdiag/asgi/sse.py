@@ -278,23 +278,3 @@ class SSEParser(_Framing):
         self._has_data = False
         self._lossy = False
         return event
-
-
-def edge_event_type(data: bytes, *, last: bool) -> str | None:
-    """The type of the first (or ``last``) whole event at the start (end) of an SSE body, named
-    as ``SSEParser`` names it, or None. Once per stream, at its end: the edge's few blocks first,
-    then (a long event) up to ``DATA_KEEP`` bytes."""
-    for size in (4096, DATA_KEEP):
-        window = data[-size:] if last else data[:size]
-        blocks = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n")[:-1]
-        for block in reversed(blocks) if last else blocks:
-            fields = [line.partition(b":") for line in block.split(b"\n")]
-            values = [v[1:] if v[:1] == b" " else v for n, _, v in fields if n == b"data"]
-            if values:
-                kind = next((v.strip()[:TYPE_MAX] for n, _, v in fields if n == b"event"), b"")
-                joined = b"\n".join(values)  # the common ``{"type": "X"`` read first, cheaply
-                typed = json_type(joined, complete=False) or json_type(joined) or "message"
-                return kind.decode("utf-8", "replace") if kind else typed
-        if len(data) <= size:
-            return None
-    return None
