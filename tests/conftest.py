@@ -54,6 +54,7 @@ SLOW = (
     "tests/test_async_libraries.py",
     "tests/test_benchmarks.py",
     "tests/test_blocking_detector.py",  # a process per case, blockbuster in it
+    "tests/test_cancel_vocabulary.py",
     "tests/test_cli_big_logs.py",
     "tests/test_cli_causes_real.py",
     "tests/test_cli_commands.py",
@@ -81,11 +82,14 @@ SLOW = (
     "tests/test_log_scrub_uvicorn.py",
     "tests/test_last_byte.py",
     "tests/test_middleware_e2e.py",
+    "tests/test_mock_fixture_real.py",
+    "tests/test_nginx_real.py",  # real nginx in front of uvicorn
     "tests/test_otel.py",
     "tests/test_otel_startup_line.py",  # a fresh process per case
     "tests/test_process_lifecycle.py",
     "tests/test_pytest_backend.py",  # a backend of its own: uvicorn in a subprocess
     "tests/test_pytest_test_id.py",  # inner pytest sessions, a real server
+    "tests/test_protocol_real.py",
     "tests/test_report_cli.py",
     "tests/test_report_junit.py",  # a real server writes the backend's log
     "tests/test_report_hostile.py",

@@ -67,7 +67,8 @@ def test_edge_interference_beats_a_backend_error() -> None:
     [
         ({"retry-after": "30"}, 503, "edge-interference"),
         ({"retry-after": "30"}, 200, "healthy"),
-        ({"via": "1.1 varnish (Varnish/7.1)"}, 200, "edge-interference"),
+        ({"via": "1.1 varnish (Varnish/7.1)"}, 200, "healthy"),  # a proxy is context
+        ({"via": "1.1 nginx-proxy"}, 200, "healthy"),
         ({"via": "1.1 google"}, 200, "healthy"),
         ({"cf-mitigated": "block"}, 200, "edge-interference"),
         ({"cf-mitigated": "none"}, 200, "healthy"),

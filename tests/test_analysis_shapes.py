@@ -175,6 +175,7 @@ def _long_stream(first_token: float | None) -> Story:
     story.heartbeat(1002, call, 1000)
     story.heartbeat(2002, call, 2000)
     story.llm_response(2602, call, 2600, tokens=80, first_token=first_token)
+    story.event(2605, "RUN_FINISHED", 2)  # the run ends as AG-UI says it must
     story.complete(2610, events=40)
     return story
 
@@ -200,6 +201,7 @@ def test_content_events_show_when_tokens_flowed() -> None:
     story.heartbeat(1002, call, 1000)
     story.heartbeat(2002, call, 2000)
     story.llm_response(2602, call, 2600, tokens=80)
+    story.event(2605, "RUN_FINISHED", 2)
     story.complete(2610, events=40)
     assert _classify(story, timeout=1).flap_class == "healthy"
 

@@ -227,8 +227,9 @@ def test_a_proxy_on_a_cut_stream_shows_at_the_default_tier(
     log = tmp_path / "backend.log"
     log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
     verdict = _classify(log, "cut-via")
-    assert verdict["flap_class"] == "edge-interference", verdict["reason"]
-    assert "varnish" in verdict["reason"]
+    # The client gave up after 0.3 s of silence: no idle timeout. The proxy is context, named.
+    assert verdict["flap_class"] == "client-abort", verdict["reason"]
+    assert verdict["evidence"]["via"] == "1.1 varnish (Varnish/7.1)"
 
 
 SERVERS = {"uvicorn": serve_uvicorn, "hypercorn": serve_hypercorn}
@@ -340,7 +341,7 @@ def test_a_proxy_on_the_request_shows_on_the_terminal_at_the_default_tier(
 ) -> None:
     """Issue 25, point 6: the request's edge headers ride on the terminal at the default tier,
     which writes no ingress: on a complete answer and on a stream the client cut, where
-    ``cvdiag classify`` names the proxy in the path."""
+    ``cvdiag classify`` names the proxy in the path (as context: the client left)."""
     events = cvdiag_events("default")
 
     async def answer(request: Request) -> Response:
@@ -379,5 +380,5 @@ def test_a_proxy_on_the_request_shows_on_the_terminal_at_the_default_tier(
     log = tmp_path / "backend.log"
     log.write_bytes(b"".join(b"CVDIAG " + line + b"\n" for line in events.lines))
     verdict = _classify(log, "via-cut")
-    assert verdict["flap_class"] == "edge-interference", verdict["reason"]
-    assert "varnish" in verdict["reason"]
+    assert verdict["flap_class"] == "client-abort", verdict["reason"]  # the proxy is context
+    assert verdict["evidence"]["via"] == THROUGH_A_PROXY["via"]

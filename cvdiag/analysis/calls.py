@@ -83,6 +83,15 @@ class Call:
     #: ``after_request_end_ms`` of the response (the additive key): how long the call went on
     #: after its request's terminal (a model generating, and billing, after the client left).
     after_request_end_ms: float | None = None
+    #: ``provider_error_code``/``_message`` of the response (additive): the error the provider
+    #: reported in its body, as written (a mock's ``no_fixture_match``).
+    error_code: str | None = None
+    error_message: str | None = None
+
+    def read_error(self, meta: dict[str, Any]) -> None:
+        code, message = meta.get("provider_error_code"), meta.get("provider_error_message")
+        self.error_code = code[:64] if isinstance(code, str) and code else None
+        self.error_message = message[:160] if isinstance(message, str) and message else None
 
     @property
     def beat_interval(self) -> float | None:

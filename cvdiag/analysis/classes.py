@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from typing import Final
 
 CLASSES: Final = (
+    "mock-fixture-mismatch",
     "provider-rate-limited",
     "provider-error",
     "edge-interference",
@@ -19,6 +20,7 @@ CLASSES: Final = (
     "provider-empty",
     "client-abort",
     "incomplete",
+    "protocol-incomplete",
     "healthy",
     "unclassified",
 )

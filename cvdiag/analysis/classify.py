@@ -1,28 +1,34 @@
 """Why a test flapped: one class, a one-line reason, and the envelopes it rests on.
 
-The facts of a test id are gathered envelope by envelope (``facts.Facts``); the rules
-(``rules`` and ``waiting``) are then checked in a fixed order and the first that holds wins:
+The facts of a test id are gathered envelope by envelope (``facts.Facts``); the rules (``mock``,
+``rules``, ``edge``, ``waiting``, ``incomplete``) are then checked in a fixed order and the first
+that holds wins:
 
-1. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
-2. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
+1. ``mock-fixture-mismatch`` – a mock LLM provider matched no fixture for a call (its error code
+   ``no_fixture_match`` or the like), and no call answered ok after it: the test's fixtures.
+2. ``provider-rate-limited`` – the provider answered 429, and that decided the outcome.
+3. ``provider-error`` – LLM calls failed (5xx, a transport error, an error the provider
    reported in the body), in-band or not.
-3. ``edge-interference`` – an edge (Cloudflare, a proxy) stood between client and backend,
-   shown by edge headers the provider's own failures do not explain.
-4. ``backend-error`` – the backend caught an exception, the provider refused its request (a
+4. ``edge-interference`` – an edge (Cloudflare, a proxy) acted between client and backend: a
+   mitigation, a status the client got that the app did not send, a response cut on the way,
+   a connection closed after a proxy's idle timeout. A proxy's header alone is context.
+5. ``backend-error`` – the backend caught an exception, the provider refused its request (a
    4xx), or it reported an error in-band.
-5. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
+6. ``stalled-backend`` – an LLM call was still waiting when the request ended (no answer, or
    a stream gone silent), or the backend otherwise kept the client waiting: nothing sent after
    its calls answered, or a client found gone just after a long wait.
-6. ``slow-first-token`` – the first byte, a call's first token or the first content event
+7. ``slow-first-token`` – the first byte, a call's first token or the first content event
    passed the timeout.
-7. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.
-8. ``client-abort`` – the client went away while no LLM call was waiting.
-9. ``incomplete`` – the log reports envelopes dropped while the story was written, and the
-   story visibly lacks some (no terminal; an ingress, a first byte or SSE events missing):
-   instead of ``healthy``, ``unclassified`` or a class that rests on what is absent (5 to 7),
-   which the drop may explain.
-10. ``healthy`` – every request completed ok.
-11. ``unclassified`` – none of the above.
+8. ``provider-empty`` – the LLM answered with no tokens and the stream carried no event.
+9. ``client-abort`` – the client went away while no LLM call was waiting.
+10. ``incomplete`` – the log reports envelopes dropped while the story was written, and the
+    story visibly lacks some (no terminal; an ingress, a first byte or SSE events missing):
+    instead of ``healthy``, ``unclassified`` or a class that rests on what is absent (6 to 8,
+    and 11), which the drop may explain.
+11. ``protocol-incomplete`` – an AG-UI run or a Responses stream completed without its terminal
+    event, or sent events after it.
+12. ``healthy`` – every request completed ok.
+13. ``unclassified`` – none of the above.
 
 A class that needs envelopes of a higher tier than the log holds cannot be ruled out; the
 verdict then carries a ``caveat`` naming them, beside the class the log still supports.
@@ -34,10 +40,11 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.analysis import rules, waiting
+from cvdiag.analysis import edge, incomplete, mock, rules, waiting
 from cvdiag.analysis.calls import Ref
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.analysis.describe import text
+from cvdiag.analysis.edge import silence_ms
 from cvdiag.analysis.facts import Facts, gather
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.vocabulary import CUT, error_kind
@@ -46,6 +53,7 @@ from cvdiag.schema.vocabulary import Tier
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
 #: classes are also named at the default tier from a caught provider exception.
 NEEDS: Final[dict[str, Tier]] = {
+    "mock-fixture-mismatch": Tier.VERBOSE,
     "provider-rate-limited": Tier.VERBOSE,
     "provider-error": Tier.VERBOSE,
     "edge-interference": Tier.DEFAULT,
@@ -55,19 +63,22 @@ NEEDS: Final[dict[str, Tier]] = {
     "provider-empty": Tier.VERBOSE,
     "client-abort": Tier.DEFAULT,
     "incomplete": Tier.DEFAULT,
+    "protocol-incomplete": Tier.DEFAULT,  # the terminal names the stream's last event
     "healthy": Tier.DEFAULT,
     "unclassified": Tier.DEFAULT,
 }
 
 _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
+    ("mock-fixture-mismatch", mock.mock_mismatch),
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
-    ("edge-interference", rules.edge),
+    ("edge-interference", edge.edge),
     ("backend-error", rules.backend_error),
     ("stalled-backend", waiting.stalled),
     ("slow-first-token", waiting.slow),
     ("provider-empty", waiting.provider_empty),
     ("client-abort", waiting.client_abort),
+    ("protocol-incomplete", incomplete.protocol_incomplete),
     ("healthy", waiting.healthy),
 )
 
@@ -130,7 +141,14 @@ def classify(facts: Facts, *, first_token_timeout: float = DEFAULT_FIRST_TOKEN_T
 #: Classes that rest on envelopes being absent (a response, a byte, an event): a drop the log
 #: reports may be why they are, so a visibly incomplete story is not given them.
 FROM_ABSENCE: Final = frozenset(
-    {"stalled-backend", "slow-first-token", "provider-empty", "healthy", "unclassified"}
+    {
+        "stalled-backend",
+        "slow-first-token",
+        "provider-empty",
+        "protocol-incomplete",
+        "healthy",
+        "unclassified",
+    }
 )
 
 
@@ -171,6 +189,11 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         )
         found.refs.extend(facts.drop_refs)
         found.facts["dropped_envelopes"] = facts.dropped
+    if facts.aborts and "silence_ms" not in found.facts:
+        # Every aborted story says how long its stream had been silent, where the tier shows it.
+        silence = silence_ms(ctx, facts.aborts[0])
+        if silence is not None:
+            found.facts["silence_ms"] = round(silence, 1)
     return Verdict(
         facts.test_id,
         name,

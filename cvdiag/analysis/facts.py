@@ -1,9 +1,8 @@
 """The facts of one test id, gathered envelope by envelope into a small summary.
 
-``cvdiag stats --by-class`` classifies every test id of a large log, so nothing here holds a test
-id's envelopes: only counts, a few references per kind of evidence, and one ``Call`` per LLM
-call. Envelopes are taken in time order (the reader merges inputs by ``ts`` then ``mono_ns``);
-what an LLM call had done *by the time the request ended* is read off that order.
+Nothing here holds a test id's envelopes (``stats --by-class`` classifies every test id of a
+large log): only counts, a few references per kind of evidence, one ``Call`` per LLM call.
+Envelopes come in time order; what a call had done *by the request's end* is read off it.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ from typing import Any, Final
 
 from cvdiag.analysis.calls import Call, Key, Ref
 from cvdiag.analysis.describe import edge_headers, number
+from cvdiag.analysis.protocol import Protocol
 from cvdiag.analysis.reading import Record
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import (
     CLIENT_EXCEPTIONS,
-    OK,
     Termination,
     is_content_event,
     is_error_event,
@@ -28,8 +27,6 @@ from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: ``cf-mitigated`` values Cloudflare sets when it challenged or blocked the request.
 MITIGATIONS: Final = frozenset({"challenge", "jschallenge", "block"})
-#: ``via`` values that name a proxy between the edge and the backend.
-PROXIES: Final = ("squid", "varnish", "nginx-proxy", "unknown-proxy")
 #: Envelopes kept per kind of evidence: enough to show, small enough to keep for every test id.
 KEEP: Final = 8
 
@@ -55,6 +52,11 @@ class Abort:
     termination: Termination
     ref: Ref
     bytes_before: float | None
+    #: How long the stream had been silent when it ended: the terminal's ``silence_ms``, else
+    #: from when the client last got something the log times (an event, the ingress) to the
+    #: end (``quiet_since``); both None when the tier shows neither.
+    silence_ms: float | None = None
+    quiet_since: Key | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -72,7 +74,14 @@ class Facts:
     tier: Tier = Tier.DEFAULT
     bad_outcome: Ref | None = None
     mitigations: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    #: ``via`` values: a proxy in the path, context for the edge rule, never a cause alone.
     proxies: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
+    #: What the client saw, where the harness's probe layer wrote it: HTTP statuses it got
+    #: (``probe.network.response``/``error``) and a stream cut on its side (``probe.sse.aborted``).
+    client_statuses: list[tuple[float, Ref]] = dataclasses.field(default_factory=list)
+    client_cut: Ref | None = None
+    #: Whether each request's stream kept its protocol (AG-UI, the Responses stream).
+    protocol: Protocol = dataclasses.field(default_factory=Protocol)
     retry_after: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
     rays: dict[str, Ref] = dataclasses.field(default_factory=dict)
     errors: int = 0
@@ -180,12 +189,27 @@ class Facts:
             if not keepalive:  # a ``: ping`` comment is no sign of tokens
                 self._flowing(ref, content=False)
                 self._quiet_from, self._sent_unknown = record.key, True
+        elif boundary.startswith("probe."):
+            self._add_probe(record, boundary, meta)
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
                 size = number(meta.get("bytes_before_abort"))
-                self.aborts.append(Abort(termination(meta), self._ref(record), size))
+                quiet = None if self._sent_unknown else self._quiet_from
+                silence = number(meta.get("silence_ms"))
+                ref = self._ref(record)
+                self.aborts.append(Abort(termination(meta), ref, size, silence, quiet))
                 self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
+            self.protocol.end(self._ref(record), meta, completed=False)
+
+    def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
+        if boundary == "probe.sse.aborted":
+            self.client_cut = self.client_cut or self._ref(record)
+            return
+        key = "status" if boundary == "probe.network.response" else "response_status"
+        status = number(meta.get(key)) if boundary.startswith("probe.network.") else None
+        if status is not None and len(self.client_statuses) < KEEP:
+            self.client_statuses.append((status, self._ref(record)))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,
@@ -210,12 +234,13 @@ class Facts:
         kind = meta.get("event_type")
         if not isinstance(kind, str):
             return
+        ref = self._ref(record)
+        self.protocol.event(kind, ref)
         if is_error_event(kind):
             self.error_event_count += 1
             if len(self.error_events) < KEEP:
-                self.error_events.append((kind, self._ref(record)))
+                self.error_events.append((kind, ref))
         elif is_content_event(kind):
-            ref = self._ref(record)
             if self.first_content is None:
                 self.first_content = (ref, self._last_ingress)
             self._flowing(ref, content=True)
@@ -248,6 +273,7 @@ class Facts:
         self.completion_count += 1
         self.events_said += done.events or 0
         self._at_end(done.ref, record.envelope.get("duration_ms"))
+        self.protocol.end(done.ref, meta, completed=not done.bad)
         self.first_completion = self.first_completion or done
         self.last_completion = done
         if outcome != "ok":
@@ -262,9 +288,9 @@ class Facts:
         mitigated = edges.get("cf-mitigated", "").strip().lower()
         if mitigated in MITIGATIONS and len(self.mitigations) < KEEP:
             self.mitigations.append((mitigated, self._ref(record)))
-        via = edges.get("via", "").lower()
-        if any(proxy in via for proxy in PROXIES) and len(self.proxies) < KEEP:
-            self.proxies.append((edges["via"], self._ref(record)))
+        via = edges.get("via", "").strip()
+        if via and len(self.proxies) < KEEP:
+            self.proxies.append((via, self._ref(record)))
         if "retry-after" in edges and len(self.retry_after) < KEEP:
             self.retry_after.append((edges["retry-after"], self._ref(record)))
         ray = edges.get("cf-ray")
@@ -321,6 +347,7 @@ class Facts:
             if isinstance(reasons, list):
                 call.finish_reasons = [r[:40] for r in reasons[:8] if isinstance(r, str) and r]
             call.after_request_end_ms = number(meta.get("after_request_end_ms"))
+            call.read_error(meta)
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
 
@@ -371,10 +398,6 @@ class Facts:
     @property
     def ended_badly(self) -> bool:
         return bool(self.abort_count or self.failed_count or self.error_status is not None)
-
-
-def answered_ok(call: Call) -> bool:
-    return call.response is not None and call.kind == OK
 
 
 def _string(value: Any) -> str | None:

@@ -269,34 +269,7 @@ def _end_refs(ctx: Context) -> list[Ref]:
     return [bad.ref] if bad is not None else []
 
 
-# --- edge and backend -----------------------------------------------------------------------
-
-
-def edge(ctx: Context) -> Finding:
-    f, found = ctx.facts, Finding()
-    for value, ref in f.mitigations[:1]:
-        found.add(f"Cloudflare answered with cf-mitigated: {value}", [ref], cf_mitigated=value)
-    explained = any(c.kind == RATE_LIMITED for c in f.calls.values() if c.response)
-    if f.retry_after and not explained and (f.error_status is not None or f.bad_outcome):
-        value, ref = f.retry_after[0]
-        if f.error_status is not None and f.error_status.status is not None:
-            failed, other = f"HTTP {f.error_status.status:g}", f.error_status.ref
-        else:
-            assert f.bad_outcome is not None
-            failed, other = f"outcome {f.bad_outcome.outcome}", f.bad_outcome
-        found.add(f"retry-after: {text(value, 20)} with {failed}", [ref, other], retry_after=value)
-    # A proxy in the path is a suspect (buffering, idle timeouts) unless the backend's own
-    # failure explains the outcome: an exception it caught, or a call it left waiting.
-    if not f.errors and not any(ctx.state(c, f.ended) == "waiting" for c in f.calls.values()):
-        for value, ref in f.proxies[:1]:
-            found.add(f"a proxy stood in the path (via: {text(value, 60)})", [ref], via=value)
-    if len(f.rays) > 1:
-        found.add(
-            f"{len(f.rays)} distinct cf-ray ids across the requests (the edge retried or split)",
-            f.rays.values(),
-            cf_rays=list(f.rays),
-        )
-    return found
+# --- the backend -----------------------------------------------------------------------
 
 
 def stall_explains(ctx: Context) -> bool:

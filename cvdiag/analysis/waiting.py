@@ -12,6 +12,7 @@ from typing import Any
 from cvdiag.analysis.calls import Call, Ref
 from cvdiag.analysis.calls_then import calls_then, count, error_of, went_on
 from cvdiag.analysis.describe import ms, text
+from cvdiag.analysis.edge import idle_abort, idle_said
 from cvdiag.analysis.rules import Context, Finding
 from cvdiag.analysis.timeline import Clock
 from cvdiag.analysis.vocabulary import FOUND_GONE, finish_cause
@@ -301,13 +302,16 @@ def client_abort(ctx: Context) -> Finding:
     else:
         head = f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
     outlived = [c for c in f.calls.values() if c.after_request_end_ms is not None]
+    idle = idle_abort(ctx)
+    silent = f"; {idle_said(idle[1])}" if idle is not None and idle[0] is abort else ""
     found.add(
-        head + calls_then(ctx, abort.ref) + went_on(outlived),
+        head + calls_then(ctx, abort.ref) + went_on(outlived) + silent,
         [abort.ref, *(c.response for c in outlived[:1] if c.response is not None)],
         termination_kind=abort.termination.kind,
         termination_cause=abort.termination.cause,
         llm_calls=len(f.calls),
         **({"calls_after_client_left": len(outlived)} if outlived else {}),
+        **({"via": text(f.proxies[0][0], 60)} if f.proxies else {}),
     )
     return found
 
@@ -337,6 +341,7 @@ def healthy(ctx: Context) -> Finding:
         sse_event_count=done.events,
         first_byte_ms=first_byte,
         requests=f.completion_count,
+        **({"via": text(f.proxies[0][0], 60)} if f.proxies else {}),
     )
     return found
 

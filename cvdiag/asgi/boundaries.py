@@ -140,6 +140,19 @@ class Boundaries:
     def settle(self) -> None:
         """Account for anything sent but not yet looked at, before a terminal reads the totals."""
 
+    def edge_events(self) -> tuple[str | None, str | None]:
+        """The types of the stream's first and last events, where the exchange can name them
+        (an SSE body)."""
+        return None, None
+
+    def _closing(self) -> tuple[str | None, str] | None:
+        """What a terminal adds to its metadata: the stream's first and last events
+        (``first_event_type``, ``last_event_type``), for a reader to see whether it opened and
+        ended a protocol (AG-UI ``RUN_STARTED`` … ``RUN_FINISHED``). A plain ``data:`` event
+        ("message") names no protocol: then the terminal stays as it was."""
+        first, last = self.edge_events()
+        return None if last is None or last == "message" else (first, last)
+
     def settle_streams(self, *, body_end: bool) -> None:
         """Before the terminal, end the LLM streams this request opened and dropped unclosed.
 
@@ -169,9 +182,10 @@ class Boundaries:
         self.settle()
         total = ms_since(self.start)
         status = self.status if status is None else status
+        named = self._closing()
         lines = self._lines()
         if lines is not None and lines.complete(
-            status, self.bytes_sent, total, self.event_count, self.edge
+            status, self.bytes_sent, total, self.event_count, self.edge, named
         ):
             return
         self.emitter.emit(
@@ -182,6 +196,7 @@ class Boundaries:
                 "content_length": self.bytes_sent,
                 "total_duration_ms": total,
                 "sse_event_count": self.event_count,
+                **_names(named),
             },
             duration_ms=total,
             context=self.ctx,
@@ -201,8 +216,9 @@ class Boundaries:
         duration = ms_since(self.start)
         lines = self._lines()
         edge = self.edge  # the request's, and the response's if it had started
+        named = self._closing()
         if lines is not None and lines.aborted(
-            termination_kind, self.bytes_sent, cause, duration, edge
+            termination_kind, self.bytes_sent, cause, duration, edge, named
         ):
             return
         self.emitter.emit(
@@ -212,8 +228,13 @@ class Boundaries:
                 "termination_kind": termination_kind,
                 "bytes_before_abort": self.bytes_sent,
                 "termination_cause": cause,
+                **_names(named),
             },
             duration_ms=duration,
             context=self.ctx,
             edge_headers=edge,
         )
+
+
+def _names(named: tuple[str | None, str] | None) -> dict[str, str | None]:
+    return {} if named is None else {"first_event_type": named[0], "last_event_type": named[1]}

@@ -20,7 +20,7 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import SSECounter, SSEParser
+from cvdiag.asgi.sse import DATA_KEEP, TYPE_MAX, SSECounter, SSEParser, json_type
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.
@@ -28,6 +28,9 @@ _INFLATE_BITS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS
 #: A compressed body is inflated this much at a time, so memory stays bounded.
 _INFLATE_STEP: Final = 256 * 1024
 _SSE_TYPE: Final = b"text/event-stream"
+#: Bytes of an SSE body's start, and at least of its end, kept for its terminal's
+#: ``first_event_type`` and ``last_event_type``.
+_TAIL: Final = 4096
 #: Streams of newline-delimited records: each record is an event, however the bytes are
 #: chunked on the way (a compressor re-chunks them).
 _LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"application/json-seq")
@@ -47,12 +50,14 @@ class HTTPResponseSide(Exchange):
         "held",
         "inflate",
         "lines",
+        "opening",
         "parser",
         "request_read",
         "sent_at_disconnect",
         "sent_before_failure",
         "stashed",
         "streaming",
+        "tail",
     )
 
     def setup(self) -> None:
@@ -82,6 +87,10 @@ class HTTPResponseSide(Exchange):
         self.stashed: Look | None = None
         #: The probe found the client gone as the response started.
         self.gone_at_start = False
+        #: The start and the end of an SSE body as looked at (a chunk, or a held batch): the
+        #: terminal names its first and last events from them, once (``edge_events``).
+        self.opening = b""
+        self.tail = b""
 
     def _seen(self, message: Message) -> bool:
         """Look at one message before it is passed on; True when it ends the body."""
@@ -135,6 +144,8 @@ class HTTPResponseSide(Exchange):
             if self.inflate is not None:
                 body = self._inflated(body)
             self.bytes_sent += len(body)
+            if self.parser is not None or self.counter is not None:
+                self._keep_tail(body)
             if self.parser is not None:
                 if streaming:
                     for event_type, size in self.parser.feed(body):
@@ -163,6 +174,23 @@ class HTTPResponseSide(Exchange):
             return False
         self.body_done = True
         return True
+
+    def _keep_tail(self, data: bytes) -> None:
+        if len(self.opening) < _TAIL:
+            self.opening += data[: _TAIL - len(self.opening)]
+        # A short piece (the end of an event, a ``\n\n``) keeps what came before it.
+        self.tail = data if len(data) >= _TAIL else self.tail[-_TAIL:] + data
+
+    def edge_events(self) -> tuple[str | None, str | None]:
+        """The types of the SSE body's first and last whole events, read once as it ends."""
+        self.settle()
+        tail = self.tail
+        if b'"type"' not in tail and b"event:" not in tail:
+            return None, None  # plain ``data:`` events name no protocol: no parse
+        last = edge_event_type(tail, last=True)
+        if last is None or last == "message":
+            return None, last
+        return edge_event_type(self.opening, last=False), last
 
     def _keepalive(self, body: bytes) -> bool:
         """Whether this (first) chunk of an SSE body holds only comments and blank lines."""
@@ -195,8 +223,43 @@ class HTTPResponseSide(Exchange):
             data = self._inflated(data)
         self.bytes_sent += len(data)
         if self.counter is not None:
+            self._keep_tail(data)
             self.event_count += self.counter.feed(data)
         elif self.lines:
             self.event_count += data.count(b"\n")
         else:  # held chunks are all mid-stream: each non-empty one is an event
             self.event_count += chunks
+
+
+def edge_event_type(data: bytes, *, last: bool) -> str | None:
+    """The type of the first (or ``last``) whole event at the start (end) of an SSE body, named
+    as ``SSEParser`` names it, or None. Once per stream, at its end: the edge block first (the
+    usual answer), else every block of 4 KiB, then (a long event) of ``DATA_KEEP`` bytes."""
+    for size in (4096, DATA_KEEP):
+        window = data[-size:] if last else data[:size]
+        if b"\r" in window:
+            window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        edge = window.rsplit(b"\n\n", 2)[-2:-1] if last else window.split(b"\n\n", 1)[:-1]
+        found = _event_type(edge[0]) if edge else None
+        if found is not None:
+            return found
+        blocks = window.split(b"\n\n")[:-1]  # the last piece is unfinished
+        for block in reversed(blocks) if last else blocks:
+            found = _event_type(block)
+            if found is not None:
+                return found
+        if len(data) <= size:
+            return None
+    return None
+
+
+def _event_type(block: bytes) -> str | None:
+    fields = [line.partition(b":") for line in block.strip(b"\n").split(b"\n")]
+    values = [v[1:] if v[:1] == b" " else v for n, _, v in fields if n == b"data"]
+    if not values:
+        return None
+    kind = next((v.strip()[:TYPE_MAX] for n, _, v in fields if n == b"event"), b"")
+    if kind:
+        return kind.decode("utf-8", "replace")
+    joined = b"\n".join(values)  # the common ``{"type": "X"`` read first, without a parse
+    return json_type(joined, complete=False) or json_type(joined) or "message"

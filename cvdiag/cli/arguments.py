@@ -125,12 +125,20 @@ def _window(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=moment, metavar="T", help="ts < T")
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Option help wrapped between words only: a class name (``edge-interference``) is never
+    cut at its hyphen, so it can be read and copied whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def _command(name: str, summary: str, description: str, examples: str) -> Parser:
     parser = Parser(
         prog=f"cvdiag {name}",
         description=f"{summary}\n\n" + textwrap.fill(" ".join(description.split()), 88),
         epilog=f"example:\n{textwrap.indent(examples.strip(), '  ')}\n\n{EXIT_CODES}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     _color(parser)
     return parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import os
@@ -106,6 +107,29 @@ _BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
 def is_timeout(exc: BaseException) -> bool:
     """Whether ``exc`` is a timeout, judged by its class names (no library needs importing)."""
     return any(cls.__name__.endswith(_TIMEOUT_SUFFIXES) for cls in type(exc).__mro__)
+
+
+#: Cancellation under other async libraries, by module and class name (none needs importing):
+#: trio's ``Cancelled`` (also what anyio raises on trio). Written as asyncio's word, so one
+#: vocabulary (``CancelledError``) names a cancelled call whatever the host runs on.
+_FOREIGN_CANCELS: Final = frozenset({("trio", "Cancelled")})
+CANCELLED: Final = "CancelledError"
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a cancellation: asyncio's ``CancelledError`` or trio's ``Cancelled``."""
+    if exc is None:
+        return False
+    if isinstance(exc, asyncio.CancelledError):
+        return True
+    cls = type(exc)
+    return (cls.__module__.split(".", 1)[0], cls.__name__) in _FOREIGN_CANCELS
+
+
+def error_class_of(exc: BaseException) -> str:
+    """The ``error_class`` an exception is written as: its class name, with every async
+    library's cancellation written as ``CancelledError`` (the documented word)."""
+    return CANCELLED if is_cancellation(exc) else type(exc).__qualname__
 
 
 def classify_exit(exc: BaseException | None) -> str | None:

@@ -43,6 +43,9 @@ _HTTP_STATUS: Final = re.compile(r"HTTP(\d{3})")
 #: How long a call went on after the terminal of the request it began in (the model kept
 #: generating after the client left): the envelope's ``after_request_end_ms``.
 AFTER_REQUEST_END: Final = "cvdiag.llm.after_request_end_ms"
+#: The error code the provider reported in its body (a mock's ``no_fixture_match``), as the
+#: envelopes' ``provider_error_code``: which failures are the test's fixtures.
+PROVIDER_ERROR_CODE: Final = "cvdiag.llm.provider_error_code"
 
 
 def name(value: str) -> str:
@@ -130,6 +133,8 @@ def end(call: CallView, started_at: float, error_class: str | None) -> dict[str,
             attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [
                 name(reason) for reason in response.finish_reasons
             ]
+        if response.error_code:
+            attributes[PROVIDER_ERROR_CODE] = response.error_code
     # The conventions define the time to first chunk for streaming responses only: not for a
     # JSON answer, and not for an error (a 429's body is no first chunk of an answer).
     # ``first_chunk_at`` is only set for an SSE body (or by hand, for a hand-written stream).

@@ -7,12 +7,12 @@ class, never imported here): the client asserts ``isinstance(response.stream, Sy
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
 
+from cvdiag.core.errors import is_cancellation
 from cvdiag.outbound.tracking import Tracker, current_task
 
 
@@ -63,7 +63,7 @@ def _cancelling() -> bool:
     is trusted from 3.11 only: on 3.10 a backported task may carry it, but nothing there ever
     calls ``uncancel()``, so it stays raised after a cancel scope has long been left.
     """
-    if isinstance(sys.exc_info()[1], asyncio.CancelledError):
+    if is_cancellation(sys.exc_info()[1]):  # asyncio's, or trio's ``Cancelled``
         return True
     if sys.version_info < (3, 11):
         return False

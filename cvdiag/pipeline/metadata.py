@@ -24,7 +24,18 @@ _INT_MAX: Final = 2**64 - 1
 #: Metadata whose string value is an identifier (a join key for readers): it is never edited in
 #: place, but kept or replaced whole by a digest placeholder (``scrub_identifier``).
 IDENTIFIER_KEYS: Final = frozenset(
-    {"agent_name", "model_id", "provider", "model", "event_type", "run_id", "thread_id"}
+    {
+        "agent_name",
+        "model_id",
+        "provider",
+        "model",
+        "event_type",
+        "first_event_type",
+        "last_event_type",
+        "provider_error_code",
+        "run_id",
+        "thread_id",
+    }
 )
 #: Characters of an identifier kept, after scrubbing.
 NAME_MAX: Final = 256

@@ -16,6 +16,7 @@ which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from random import getrandbits
 from time import monotonic_ns
@@ -28,7 +29,9 @@ from cvdiag.core.guard import record_failure
 from cvdiag.pipeline import envelope as _envelope
 from cvdiag.pipeline import metadata as _metadata
 from cvdiag.pipeline.template_forms import (
+    ABORTED_NAMED_ONCE,
     ABORTED_ONCE,
+    COMPLETE_NAMED_ONCE,
     COMPLETE_ONCE,
     EVENT,
     FIRST_BYTE_ONCE,
@@ -87,6 +90,12 @@ def _text_json(value: str) -> bytes:
     except orjson.JSONEncodeError:
         encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
     return encoded if encoded.isascii() else _envelope.line_safe(encoded)
+
+
+@functools.lru_cache(maxsize=256)  # a few protocols' words, repeated by every stream
+def _name(value: str | None) -> bytes:
+    """A stream's first or last event type as closed metadata writes it (an identifier)."""
+    return b"null" if value is None else _text_json(scrub_identifier(value)[: _metadata.NAME_MAX])
 
 
 def _word(word: str) -> bytes:
@@ -222,6 +231,7 @@ class RequestLines:
         total_ms: int,
         events: int,
         edge: Mapping[str, str | None] | None,
+        named: tuple[str | None, str] | None = None,
     ) -> bool:
         if not self._emitter.admits(_COMPLETE_TIER):
             return True
@@ -230,7 +240,7 @@ class RequestLines:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            COMPLETE_ONCE
+            (COMPLETE_ONCE if named is None else COMPLETE_NAMED_ONCE)
             % (
                 test_id,
                 trace_id,
@@ -247,6 +257,7 @@ class RequestLines:
                 length,
                 total_ms,
                 events,
+                *map(_name, named or ()),
             )
         )
 
@@ -257,6 +268,7 @@ class RequestLines:
         cause: str,
         duration_ms: int,
         edge: Mapping[str, str | None] | None = None,
+        named: tuple[str | None, str] | None = None,
     ) -> bool:
         if not self._emitter.admits(_ABORTED_TIER):
             return True
@@ -265,7 +277,7 @@ class RequestLines:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
-            ABORTED_ONCE
+            (ABORTED_ONCE if named is None else ABORTED_NAMED_ONCE)
             % (
                 test_id,
                 trace_id,
@@ -280,5 +292,6 @@ class RequestLines:
                 _word(kind),
                 before,
                 _word(cause),
+                *map(_name, named or ()),
             )
         )

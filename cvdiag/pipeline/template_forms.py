@@ -124,6 +124,31 @@ _ABORTED: Final = _format(
         ("termination_cause", b"%s"),
     ),
 )
+#: A stream's terminals naming its first and last events (an SSE body of typed events).
+_NAMED: Final = (("first_event_type", b"%s"), ("last_event_type", b"%s"))
+_COMPLETE_NAMED: Final = _format(
+    "backend.response.complete",
+    duration=True,
+    outcome=None,
+    metadata=(
+        ("http_status", b"%d"),
+        ("content_length", b"%d"),
+        ("total_duration_ms", b"%d"),
+        ("sse_event_count", b"%d"),
+        *_NAMED,
+    ),
+)
+_ABORTED_NAMED: Final = _format(
+    "backend.sse.aborted",
+    duration=True,
+    outcome="err",
+    metadata=(
+        ("termination_kind", b"%s"),
+        ("bytes_before_abort", b"%d"),
+        ("termination_cause", b"%s"),
+        *_NAMED,
+    ),
+)
 
 
 def _one_level(form: bytes) -> bytes:
@@ -138,3 +163,5 @@ INGRESS_ONCE: Final = _one_level(_INGRESS)
 FIRST_BYTE_ONCE: Final = _one_level(_FIRST_BYTE)
 COMPLETE_ONCE: Final = _one_level(_COMPLETE)
 ABORTED_ONCE: Final = _one_level(_ABORTED)
+COMPLETE_NAMED_ONCE: Final = _one_level(_COMPLETE_NAMED)
+ABORTED_NAMED_ONCE: Final = _one_level(_ABORTED_NAMED)

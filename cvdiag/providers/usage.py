@@ -48,6 +48,11 @@ ERROR_MARK: Final = b'"error"'
 #: ``error`` when the provider's error names no code or type.
 UNNAMED_ERROR: Final = "ProviderError"
 _WORD: Final = re.compile(r"[A-Za-z0-9]+")
+#: A provider's error ``code`` (else ``type``) as written on the wire: a closed set of
+#: characters, bounded, so that no text of the body rides on it but a code's own.
+_CODE: Final = re.compile(r"[a-z0-9_.-]{1,64}")
+#: Characters kept of the provider's error message (scrubbed where it is written).
+ERROR_MESSAGE_MAX: Final = 160
 
 
 def _count(value: object) -> int | None:
@@ -63,6 +68,8 @@ class ResponseFacts:
 
     __slots__ = (
         "error",
+        "error_code",
+        "error_message",
         "finish_reasons",
         "input_tokens",
         "model",
@@ -78,6 +85,10 @@ class ResponseFacts:
         self.finish_reasons: list[str] = []
         #: The failure the provider reported in the body, as an exception-like name.
         self.error: str | None = None
+        #: That error's ``code`` (else ``type``) as written, and its message: a mock provider's
+        #: ``no_fixture_match`` says the test's fixtures, not the backend, are at fault.
+        self.error_code: str | None = None
+        self.error_message: str | None = None
 
     def add_reason(self, reason: object) -> None:
         text = _text(reason)
@@ -96,6 +107,7 @@ class ResponseFacts:
         error = reported_error(parsed)
         if error is not None and self.error is None:
             self.error = error
+            self.error_code, self.error_message = error_detail(parsed)
         for holder in (parsed, parsed.get("message"), parsed.get("response")):
             if isinstance(holder, dict):
                 self._absorb_object(holder)
@@ -161,6 +173,26 @@ def reported_error(parsed: dict[str, object]) -> str | None:
     if isinstance(error, dict):  # Chat Completions and gateways; ``"error": null`` is none
         return _error_name(error)
     return None
+
+
+def error_detail(parsed: dict[str, object]) -> tuple[str | None, str | None]:
+    """The reported error's ``code`` (else ``type``), lowercased and only when it is made of
+    ``[a-z0-9_.-]`` (at most 64), and its message cut to ``ERROR_MESSAGE_MAX`` characters."""
+    error = parsed.get("error")
+    if parsed.get("type") == "response.failed":
+        response = parsed.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+    if not isinstance(error, dict):
+        error = parsed if parsed.get("type") == "error" else {}
+    code = None
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value != "error" and _CODE.fullmatch(value.lower()):
+            code = value.lower()
+            break
+    message = error.get("message")
+    text = message[:ERROR_MESSAGE_MAX] if isinstance(message, str) and message else None
+    return code, text
 
 
 def _error_name(error: dict[str, object]) -> str:

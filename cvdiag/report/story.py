@@ -5,7 +5,8 @@ waterfall's figures (when each SSE event left, when each heartbeat beat). The ta
 of each repeating boundary (SSE events, heartbeats) the first ``HEAD`` and last ``TAIL``, the
 run between folded into one row; of the others the first ``KEEP``. Each kept envelope's JSON is
 shown on demand, cut at ``JSON_CAP`` bytes, and no more than ``JSON_BUDGET`` bytes of it per
-test id: so a page's size is bounded whatever its log holds.
+test id: so a page's size is bounded whatever its log holds. Its offsets count from where
+``cvdiag classify``'s do (``_one_clock``).
 """
 
 from __future__ import annotations
@@ -128,9 +129,25 @@ class Story:
                     )
                 )
         rows.sort(key=lambda row: (row.order, row.record is None))
+        self._one_clock(rows)
         self.rows = rows
         self._kept = []
         self._tails.clear()
+
+    def _one_clock(self, rows: list[Row]) -> None:
+        """Every offset on the page from the classifier's origin, the start of the test id's
+        first request: its first envelope when that is its ingress; at the default tier (no
+        ingress) the terminal's ``duration_ms`` back from it. The reason, the evidence, the table
+        and the waterfall then read the same time for the same envelope."""
+        lead = self.facts.lead_ms(self.clock) if self.clock is not None else 0.0
+        if not lead:
+            return
+        for row in rows:
+            row.offset_ms += lead
+            row.until_ms += lead if row.folded else 0.0
+        for marks in (*self.events.values(), *self.beats.values()):
+            for i, at in enumerate(marks):
+                marks[i] = at + lead
 
 
 def _boundary(row: Row) -> str:

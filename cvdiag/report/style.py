@@ -11,6 +11,7 @@ from cvdiag.report.markup import text
 
 #: A shape for each class, shown beside its name (the CSS gives it a colour too).
 BADGES: Final = {
+    "mock-fixture-mismatch": "⊘",
     "provider-rate-limited": "▲",
     "provider-error": "■",
     "edge-interference": "◆",
@@ -20,6 +21,7 @@ BADGES: Final = {
     "provider-empty": "○",
     "client-abort": "↩",
     "incomplete": "◌",
+    "protocol-incomplete": "◐",
     "healthy": "✓",
     "unclassified": "?",
 }

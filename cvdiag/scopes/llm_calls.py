@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from typing import Any, Final
 
 from cvdiag.core.context import _CURRENT, _STATE, RequestContext
-from cvdiag.core.errors import is_timeout
+from cvdiag.core.errors import error_class_of, is_timeout
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.schema.ids import new_span_id
 from cvdiag.scopes.call_record import CallRecord
@@ -168,7 +168,7 @@ class LLMCall(Scope, CallRecord):
         if emitter is None or ctx is None or started is None:
             return
         if exc is not None:
-            error_class = type(exc).__qualname__
+            error_class = error_class_of(exc)  # trio's Cancelled too is CancelledError
             outcome = "timeout" if is_timeout(exc) else "err"
             client_left(exc)
         else:
@@ -187,6 +187,10 @@ class LLMCall(Scope, CallRecord):
         read = self.response_facts
         if read is not None and read.finish_reasons:  # why the model stopped: a length cut...
             metadata["finish_reasons"] = list(read.finish_reasons)
+        if read is not None and read.error_code is not None:  # a mock's ``no_fixture_match``...
+            metadata["provider_error_code"] = read.error_code
+            if read.error_message is not None:
+                metadata["provider_error_message"] = read.error_message
         request = self.request_state
         if request is not None and request.ended_at is not None:
             # The request's terminal is out and this call went on (a graph run reading after

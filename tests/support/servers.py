@@ -1,16 +1,22 @@
 """Real servers on 127.0.0.1 for end-to-end tests: uvicorn (and hypercorn, on asyncio or on its
-trio worker) in a thread."""
+trio worker) in a thread; nginx in front of one, as a process of the test's own."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cvdiag.cli.demo import serve
 
@@ -111,3 +117,69 @@ def serve_hypercorn_trio(app: Any) -> Iterator[str]:
     finally:
         trio.from_thread.run_sync(running["stop"].set, trio_token=running["token"])
         thread.join(10)
+
+
+#: Debian's nginx, where the machine has it (CI's stage 0 installs it).
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+#: What a test's nginx says to each request it passes on: the header behind the issue's reports.
+NGINX_VIA = "1.1 nginx-proxy"
+
+
+@contextmanager
+def serve_nginx(upstream: str, folder: Path, *, location: str = "") -> Iterator[str]:
+    """Real nginx in front of ``upstream`` (a base URL), as a non-root process of the test's
+    own: its config, pid file, logs and temporary paths in ``folder``, ``daemon off``, a free
+    port. It adds ``Via: 1.1 nginx-proxy`` to each request; ``location`` adds directives
+    (``proxy_buffering off;``, ``proxy_read_timeout 2s;``). Yields its base URL; the test is
+    skipped, with one line, where nginx is not installed."""
+    if NGINX is None:
+        pytest.skip("nginx is not installed (apt-get install nginx)")
+    port = free_port()
+    config = folder / "nginx.conf"
+    config.write_text(
+        f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {folder}/client_body;
+    proxy_temp_path {folder}/proxy;
+    fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi;
+    scgi_temp_path {folder}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Via "{NGINX_VIA}";
+            {location}
+        }}
+    }}
+}}
+"""
+    )
+    process = subprocess.Popen(
+        [NGINX, "-p", str(folder), "-c", str(config), "-e", str(folder / "error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        try:
+            _until_listening(port, "nginx")
+        except RuntimeError:
+            process.kill()
+            _, err = process.communicate(timeout=10)
+            raise RuntimeError(f"nginx did not start: {err.decode(errors='replace')}") from None
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
