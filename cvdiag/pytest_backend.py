@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from typing import Final
 
-from cvdiag.analysis.inputs import InputError, Inputs
-from cvdiag.analysis.reading import Malformed, Record, records
+from cvdiag.logs.inputs import InputError, Inputs
+from cvdiag.logs.reading import Malformed, Record, records
 
 #: Seconds waited by default for a story's late lines.
 DEFAULT_WAIT: Final = 5.0
@@ -122,7 +122,7 @@ def _ignored(problem: Malformed) -> None:
 
 def replay(test_id: str, stories: Stories) -> str:
     """One test id's backend story, as ``cvdiag replay`` draws it, marked when incomplete."""
-    from cvdiag.analysis.timeline import build, render
+    from cvdiag.diagnosis.timeline import build, render
 
     found = stories.by_test_id.get(test_id, [])
     why = stories.incomplete.get(test_id)

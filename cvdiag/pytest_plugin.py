@@ -278,8 +278,8 @@ def pytest_runtest_makereport(
 
 def _replay(envelopes: Sequence[Envelope]) -> str:
     """Each test id's timeline, drawn as ``cvdiag replay`` draws it, for the failure report."""
-    from cvdiag.analysis.reading import Record, ts_key
-    from cvdiag.analysis.timeline import build, render
+    from cvdiag.diagnosis.timeline import build, render
+    from cvdiag.logs.reading import Record, ts_key
 
     by_test: dict[str, list[Record]] = {}
     for number, env in enumerate(envelopes, 1):

@@ -177,7 +177,7 @@ class Collector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the page before the terminal shows the failures, so their sections can name
         each test's anchor in it."""
-        from cvdiag.analysis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
+        from cvdiag.diagnosis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
         from cvdiag.pytest_backend import expand
         from cvdiag.report import gather
         from cvdiag.runs.cases import drawn_ids, labels

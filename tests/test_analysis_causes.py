@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.analysis import classify
-from cvdiag.analysis.reading import Input, records
-from cvdiag.analysis.vocabulary import error_kind
+from cvdiag.diagnosis import classify
+from cvdiag.diagnosis.vocabulary import error_kind
+from cvdiag.logs.reading import Input, records
 from cvdiag.providers.usage import ResponseFacts, reported_error
 from tests.test_analysis_support import Story
 
@@ -635,7 +635,7 @@ def test_a_proxy_in_the_path_does_not_hide_the_backends_own_failure(cause: str) 
 
 
 def test_replay_says_a_beat_of_a_streaming_call_is_streaming() -> None:
-    from cvdiag.analysis.describe import describe
+    from cvdiag.diagnosis.describe import describe
 
     story = Story("beats")
     call = story.llm_start(1, None)

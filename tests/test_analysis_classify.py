@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from cvdiag.analysis import classify, stats, timeline
-from cvdiag.analysis.reading import Input, Record, records
+from cvdiag.diagnosis import classify, stats, timeline
+from cvdiag.logs.reading import Input, Record, records
 from tests.test_analysis_support import (
     STORIES,
     Story,
@@ -329,7 +329,7 @@ def test_a_long_stream_with_an_early_first_token_is_healthy() -> None:
 
 
 def test_replay_shows_the_time_to_first_token() -> None:
-    from cvdiag.analysis.describe import describe
+    from cvdiag.diagnosis.describe import describe
 
     response = next(
         e

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis import validate
-from cvdiag.analysis.fastcheck import compile_check
-from cvdiag.analysis.validate import MAX_BYTES, cvdiag_problems, problems, schema_problems
+from cvdiag.logs import validate
+from cvdiag.logs.fastcheck import compile_check
+from cvdiag.logs.validate import MAX_BYTES, cvdiag_problems, problems, schema_problems
 from cvdiag.schema.vocabulary import packaged_schema
 from tests.test_analysis_validate import BASES, envelopes
 

@@ -1,4 +1,4 @@
-"""``cvdiag.analysis.forked``: the worker processes ``validate`` and ``stats`` read a large file
+"""``cvdiag.logs.forked``: the worker processes ``validate`` and ``stats`` read a large file
 with, forked from this process (Linux only, like the reading in ranges itself)."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis import ranges
-from cvdiag.analysis.forked import WorkerDied, run_in_order
-from cvdiag.analysis.inputs import InputError
-from cvdiag.analysis.reading import Input
+from cvdiag.logs import ranges
+from cvdiag.logs.forked import WorkerDied, run_in_order
+from cvdiag.logs.inputs import InputError
+from cvdiag.logs.reading import Input
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only"),

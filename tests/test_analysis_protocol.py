@@ -10,8 +10,8 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.analysis import classify
-from cvdiag.analysis.reading import Input, records
+from cvdiag.diagnosis import classify
+from cvdiag.logs.reading import Input, records
 from tests.test_analysis_support import Story
 
 AGUI = ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STATE_SNAPSHOT"]

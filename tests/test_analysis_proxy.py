@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.analysis import classify
-from cvdiag.analysis.reading import Input, records
+from cvdiag.diagnosis import classify
+from cvdiag.logs.reading import Input, records
 from tests.test_analysis_support import Story
 
 VIA = {"via": "1.1 nginx-proxy"}

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis import reading
-from cvdiag.analysis.reading import (
+from cvdiag.logs import reading
+from cvdiag.logs.reading import (
     Input,
     InputError,
     Inputs,

@@ -1,4 +1,4 @@
-"""The fixed-string search over plain files (``cvdiag.analysis.search``) against a plain line
+"""The fixed-string search over plain files (``cvdiag.logs.search``) against a plain line
 split: random contents, needles, chunk sizes and line limits, with and without ``memmem``, in
 one thread or several; and ``cvdiag grep`` over a file of many chunks against the block path."""
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis import reading, search
-from cvdiag.analysis.inputs import InputError, Inputs
+from cvdiag.logs import reading, search
+from cvdiag.logs.inputs import InputError, Inputs
 from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS
 from tests.support.cli import cvdiag
 

@@ -9,9 +9,9 @@ import io
 
 import pytest
 
-from cvdiag.analysis import classify
-from cvdiag.analysis.reading import Input, records
-from cvdiag.analysis.vocabulary import error_kind, is_content_event, termination
+from cvdiag.diagnosis import classify
+from cvdiag.diagnosis.vocabulary import error_kind, is_content_event, termination
+from cvdiag.logs.reading import Input, records
 from tests.test_analysis_support import Story
 
 #: (termination_kind, termination_cause) of a client that left: today's and CVDIAG v1's wire.

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from cvdiag.analysis import validate
-from cvdiag.analysis.validate import (
+from cvdiag.logs import validate
+from cvdiag.logs.validate import (
     MAX_BYTES,
     UnsupportedSchema,
     cvdiag_problems,

@@ -6,7 +6,7 @@
   way (no circle between parts);
 - every import in the source, type-only and function-level ones included, stays inside what its
   part may import, and no two modules import each other in a circle;
-- no module is over 400 lines, and none on the request path over 300.
+- no module is over 400 lines, none on the request path over 300, and no part over 20 modules.
 """
 
 from __future__ import annotations
@@ -283,3 +283,10 @@ def test_no_module_is_too_long(path: Path) -> None:
     request_path = part_of(".".join(path.relative_to(ROOT).with_suffix("").parts)) in REQUEST_PATH
     limit = 300 if request_path else 400
     assert lines <= limit, f"{path.relative_to(ROOT)}: {lines} lines, over {limit}"
+
+
+def test_no_part_holds_over_twenty_modules() -> None:
+    """A part that grows past 20 modules mixes jobs: it splits, as reading logs and diagnosing
+    them did (``logs`` and ``diagnosis``)."""
+    crowded = {part: n for part in parts() if (n := len(list((PACKAGE / part).glob("*.py")))) > 20}
+    assert not crowded, f"parts over 20 modules: {crowded}"

@@ -22,13 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import cli
-from cvdiag.analysis import pertest, reading
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.pertest import PerTestId
-from cvdiag.analysis.reading import MARKER, Input, candidate_lines
-from cvdiag.analysis.times import key_millis
 from cvdiag.cli.listing import _write_json
 from cvdiag.cli.output import Output
+from cvdiag.diagnosis import pertest
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.pertest import PerTestId
+from cvdiag.logs import reading
+from cvdiag.logs.reading import MARKER, Input, candidate_lines
+from cvdiag.logs.times import key_millis
 from tests.support.cli import cvdiag
 from tests.test_analysis_support import STORIES, Story, write_log
 
@@ -180,7 +181,7 @@ def test_folding_test_ids_early_changes_nothing(
 
 def test_only_the_active_test_ids_keep_their_facts() -> None:
     stories = [STORIES["healthy"](f"id-{i}") for i in range(40)]
-    from cvdiag.analysis.reading import records
+    from cvdiag.logs.reading import records
 
     data = "\n".join(line for story in stories for line in story.lines()).encode()
     folded_at: list[int] = []

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cvdiag.analysis.classes import CLASSES
 from cvdiag.cli import main
+from cvdiag.diagnosis.classes import CLASSES
 from cvdiag.schema.ids import adopt_test_id
 from tests.support.cli import cvdiag
 from tests.test_analysis_support import STORIES, client_abort, healthy, write_log

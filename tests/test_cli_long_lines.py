@@ -23,9 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings
-from cvdiag.analysis import partial, ranges, reading
-from cvdiag.analysis.reading import MARKER, Input, candidate_lines, envelope_text
 from cvdiag.core.context import RequestContext
+from cvdiag.logs import partial, ranges, reading
+from cvdiag.logs.reading import MARKER, Input, candidate_lines, envelope_text
 from cvdiag.pipeline.emitter import Emitter
 from cvdiag.schema.vocabulary import BYTE_CAPS, Tier
 from tests.support.cli import cvdiag
@@ -204,7 +204,7 @@ def test_the_parallel_read_never_cuts_between_parts(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
     log.write_bytes(data * 3)
     runner = (
-        "import sys\nfrom cvdiag.analysis import ranges\n"
+        "import sys\nfrom cvdiag.logs import ranges\n"
         "ranges.PARALLEL_MIN, ranges.RANGE_SIZE = 0, 300\n"
         "seen = []\nrun = ranges.run\n"
         "def counted(job, source, spans, **kw):\n"

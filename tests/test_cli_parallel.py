@@ -22,8 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis import ranges, stats
-from cvdiag.analysis.reading import Input
+from cvdiag.diagnosis import stats
+from cvdiag.logs import ranges
+from cvdiag.logs.reading import Input
 from tests.test_analysis_support import STORIES
 
 # Lowers the thresholds (argv[1:5]), counts the ranges read (appended to argv[5]), runs the
@@ -31,7 +32,7 @@ from tests.test_analysis_support import STORIES
 # ``ROTATE`` gives the log's name to a new file once it is open.
 _RUNNER = """
 import os, signal, sys
-from cvdiag.analysis import ranges, reading
+from cvdiag.logs import ranges, reading
 minimum, size, max_line, seen = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 ranges.PARALLEL_MIN, ranges.RANGE_SIZE = int(minimum), int(size)
 reading.MAX_LINE = int(max_line)

@@ -23,11 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag import cli
-from cvdiag.analysis import folded, pertest
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.folded import Folded
-from cvdiag.analysis.pertest import PerTestId
-from cvdiag.analysis.reading import Input, Record, records
+from cvdiag.diagnosis import pertest
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.pertest import PerTestId
+from cvdiag.logs import folded
+from cvdiag.logs.folded import Folded
+from cvdiag.logs.reading import Input, Record, records
 from tests.test_analysis_support import STORIES, Story, write_log
 
 

@@ -36,14 +36,14 @@ def test_version_imports_no_parser_no_reader_no_scrubber() -> None:
         "orjson",
         "typing",
     }
-    assert "cvdiag.analysis.reading" not in loaded
+    assert "cvdiag.logs.reading" not in loaded
 
 
 def test_grep_imports_neither_the_scrubber_nor_the_schema(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
     log.write_bytes(b"nothing here\nCVDIAG {} t-1\n")
     loaded = _loaded("grep", "--test-id", "t-1", str(log))
-    assert "cvdiag.analysis.search" in loaded  # the plain file went the fast way
+    assert "cvdiag.logs.search" in loaded  # the plain file went the fast way
     assert not loaded & {
         "cvdiag.scrubbing.redact",
         "cvdiag.scrubbing.rules",

@@ -42,8 +42,8 @@ from cvdiag import (
     flush,
     llm_call,
 )
-from cvdiag.analysis import timeline
-from cvdiag.analysis.reading import Input, Record, records
+from cvdiag.diagnosis import timeline
+from cvdiag.logs.reading import Input, Record, records
 from tests.support.cli import cvdiag
 from tests.support.servers import serve_uvicorn
 from tests.test_analysis_support import Story

@@ -203,7 +203,7 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 #: What a client-abort story says of an LLM call still in flight when the client left
-#: (cvdiag/analysis/waiting.py): whether its first token had come yet depends on how the
+#: (cvdiag/diagnosis/waiting.py): whether its first token had come yet depends on how the
 #: machine scheduled the app, the provider and the client, not on the code. On a busy machine
 #: the sample's "was streaming (first token at +51 ms)" came out as "had begun only 7ms before,
 #: unanswered". The call's label, the class and the rest of the reason are still compared.

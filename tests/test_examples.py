@@ -17,8 +17,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from cvdiag.analysis.classify import classify, gather
-from cvdiag.analysis.reading import Record, ts_key
+from cvdiag.diagnosis.classify import classify, gather
+from cvdiag.logs.reading import Record, ts_key
 from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema.ids import new_uuid7
 from examples.fake_provider import FakeProvider, serve_fake_provider

@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.analysis.mock import is_mismatch
+from cvdiag.diagnosis.mock import is_mismatch
 from cvdiag.providers.usage import ERROR_MESSAGE_MAX, ResponseFacts, error_detail
 
 CODE = re.compile(r"[a-z0-9_.-]{1,64}")

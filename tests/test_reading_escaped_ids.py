@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cvdiag.analysis.inputs import Inputs
-from cvdiag.analysis.reading import Malformed, records
+from cvdiag.logs.inputs import Inputs
+from cvdiag.logs.reading import Malformed, records
 from tests.test_analysis_support import Story
 
 

@@ -122,8 +122,8 @@ class Case:
         return found
 
     def _classify(self, test_id: str) -> str:
-        from cvdiag.analysis import classify
-        from cvdiag.analysis.reading import Input, records
+        from cvdiag.diagnosis import classify
+        from cvdiag.logs.reading import Input, records
 
         # Every envelope, then this id's: the reader's own filter searches for the id's bytes
         # as given, which a JSON-escaped id (a quote, a control character) never matches.

@@ -14,9 +14,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.analysis.classify import classify
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.reading import Input, Inputs, Malformed, Record, merged, records
+from cvdiag.diagnosis.classify import classify
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.logs.reading import Input, Inputs, Malformed, Record, merged, records
 from cvdiag.report import gather
 from tests.test_analysis_support import backend_error, client_abort, healthy, stalled, write_log
 

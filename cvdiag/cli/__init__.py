@@ -4,8 +4,9 @@ Every failure is one line on stderr (``cvdiag: error: ...``) and a documented ex
 traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
 3 an internal error, 130 interrupted.
 
-May import: cvdiag.analysis, cvdiag.core, cvdiag.report, cvdiag.runs, cvdiag.schema; the demo
-(``demo.py``) also cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
+May import: cvdiag.core, cvdiag.diagnosis, cvdiag.logs, cvdiag.report, cvdiag.runs,
+cvdiag.schema; the demo (``demo.py``) also cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and
+cvdiag.sinks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from cvdiag.analysis.inputs import InputError
 from cvdiag.cli import output
 from cvdiag.cli.output import (
     Failure,
@@ -24,6 +24,7 @@ from cvdiag.cli.output import (
     flush_stdout,
     silence_stdout,
 )
+from cvdiag.logs.inputs import InputError
 
 # ``typing`` is not imported at run time by the modules the command loads to start, grep or
 # print its version: 5 ms, a twentieth of ``cvdiag grep`` on a page-cached log. Their

@@ -15,7 +15,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
-from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.cli.output import UsageError, printed
 from cvdiag.cli.style import COLORS
 from cvdiag.cli.values import (
@@ -30,6 +29,7 @@ from cvdiag.cli.values import (
     tier,
 )
 from cvdiag.core.version import __version__
+from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:

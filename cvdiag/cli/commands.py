@@ -12,7 +12,10 @@ from collections.abc import Callable
 
 import orjson
 
-from cvdiag.analysis.reading import (
+from cvdiag.cli.opening import again, names, opened, output_for
+from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output, say
+from cvdiag.cli.style import class_color
+from cvdiag.logs.reading import (
     STDIN,
     Inputs,
     Malformed,
@@ -21,14 +24,11 @@ from cvdiag.analysis.reading import (
     merged,
     records,
 )
-from cvdiag.cli.opening import again, names, opened, output_for
-from cvdiag.cli.output import MALFORMED_SHOWN, NOTHING, OK, Failure, Malformations, Output, say
-from cvdiag.cli.style import class_color
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
-    from cvdiag.analysis import classify as classifying
-    from cvdiag.analysis.stats import Part
+    from cvdiag.diagnosis import classify as classifying
+    from cvdiag.diagnosis.stats import Part
 
 # The classifier, the statistics, the timeline and the validator are imported by the commands
 # that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
@@ -126,7 +126,7 @@ def _ignored(problem: Malformed) -> None:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from cvdiag.analysis import timeline
+    from cvdiag.diagnosis import timeline
 
     found = _test_records(args, Malformations("replay"))
     line = timeline.build(args.test_id, found)
@@ -147,7 +147,7 @@ def _failed_row(row: str) -> bool:
 
 
 def classify(args: argparse.Namespace) -> int:
-    from cvdiag.analysis import classify as classifying
+    from cvdiag.diagnosis import classify as classifying
 
     found = _test_records(args, Malformations("classify"))
     facts = classifying.gather(args.test_id, found)
@@ -166,7 +166,7 @@ def classify(args: argparse.Namespace) -> int:
 
 
 def render_verdict(verdict: classifying.Verdict) -> list[str]:
-    from cvdiag.analysis.classify import facts_shown  # with the classifier, which is loaded
+    from cvdiag.diagnosis.classify import facts_shown  # with the classifier, which is loaded
 
     evidence = dict(verdict.evidence)
     envelopes = evidence.pop("envelopes")
@@ -201,8 +201,8 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from cvdiag.analysis import ranges
-    from cvdiag.analysis import stats as statistics
+    from cvdiag.diagnosis import stats as statistics
+    from cvdiag.logs import ranges
 
     malformed = Malformations("stats")
     with opened(args, numbered=False) as inputs:
@@ -265,8 +265,8 @@ class _Kept:
 def _stats_range(name: str, start: int, end: int) -> tuple[Part, _Kept]:
     """A worker's job: the figures of ``name``'s bytes ``[start, end)``, positions in bytes
     from ``start``."""
-    from cvdiag.analysis import ranges
-    from cvdiag.analysis import stats as statistics
+    from cvdiag.diagnosis import stats as statistics
+    from cvdiag.logs import ranges
 
     source, _ = ranges.open_range(name, start, end)
     source.numbered = False

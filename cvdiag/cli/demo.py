@@ -30,10 +30,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
-from cvdiag.analysis import classify, timeline
-from cvdiag.analysis.reading import Input, Record, records
 from cvdiag.cli.output import NOTHING, USAGE, Failure, printed
 from cvdiag.core.settings import Settings
+from cvdiag.diagnosis import classify, timeline
+from cvdiag.logs.reading import Input, Record, records
 from cvdiag.pipeline.emitter import configure, flush
 from cvdiag.schema.vocabulary import Tier
 from cvdiag.sinks import FileSink, MemorySink

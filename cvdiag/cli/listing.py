@@ -8,12 +8,12 @@ from typing import Any
 
 import orjson
 
-from cvdiag.analysis.pertest import PerTestId
-from cvdiag.analysis.reading import format_key, records
-from cvdiag.analysis.rows import Rows
 from cvdiag.cli.opening import again, names, opened
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
+from cvdiag.diagnosis.pertest import PerTestId
+from cvdiag.diagnosis.rows import Rows
+from cvdiag.logs.reading import format_key, records
 
 #: Beside a class that carries ``classify``'s caveat: the class is what the envelopes support,
 #: but the log's tier could not rule out a class checked before it (a default-tier client-abort

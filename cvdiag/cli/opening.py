@@ -9,14 +9,14 @@ import argparse
 import os
 import sys
 
-from cvdiag.analysis.reading import STDIN, Input, Inputs
 from cvdiag.cli.output import Output, UsageError, say
 from cvdiag.cli.style import Progress
 from cvdiag.cli.values import test_id
+from cvdiag.logs.reading import STDIN, Input, Inputs
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
-    from cvdiag.analysis.pertest import Again
+    from cvdiag.diagnosis.pertest import Again
 
 
 def settle_inputs(args: argparse.Namespace) -> None:
@@ -115,7 +115,7 @@ def again(args: argparse.Namespace, inputs: list[Input]) -> Again | None:
     twice. None when an input cannot be read twice."""
     if not all(item.rereadable for item in inputs):
         return None
-    from cvdiag.analysis.pertest import reread  # with ls and stats, which import it anyway
+    from cvdiag.diagnosis.pertest import reread  # with ls and stats, which import it anyway
 
     return reread(args.files)
 

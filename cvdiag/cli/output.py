@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from _typeshed import SupportsWrite
 
-    from cvdiag.analysis.reading import Malformed
+    from cvdiag.logs.reading import Malformed
 
 #: The documented exit codes (docs/cli.md).
 OK: Final = 0

@@ -12,10 +12,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from cvdiag.analysis.reading import STDIN, Inputs
 from cvdiag.cli.opening import names
 from cvdiag.cli.output import OK, USAGE, Failure, Malformations, OutputError, say
 from cvdiag.cli.style import Progress
+from cvdiag.logs.reading import STDIN, Inputs
 from cvdiag.report import Report, gather, write
 from cvdiag.runs import Case, JUnitError, drawn_ids, headline, labels, read_junit
 

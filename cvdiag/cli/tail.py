@@ -18,12 +18,12 @@ from typing import IO, Final
 
 import orjson
 
-from cvdiag.analysis.describe import describe
-from cvdiag.analysis.inputs import BINARY_SAMPLE, looks_binary
-from cvdiag.analysis.partial import joined_lines
-from cvdiag.analysis.reading import MAX_LINE, STDIN, InputError, split_envelope
-from cvdiag.analysis.shape import shape_problem
 from cvdiag.cli.output import OK, Output
+from cvdiag.diagnosis.describe import describe
+from cvdiag.logs.inputs import BINARY_SAMPLE, looks_binary
+from cvdiag.logs.partial import joined_lines
+from cvdiag.logs.reading import MAX_LINE, STDIN, InputError, split_envelope
+from cvdiag.logs.shape import shape_problem
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: How often a followed file is polled for more (tail -f polls once a second).

@@ -1,6 +1,6 @@
 """``cvdiag validate``: every envelope of the logs against the schema, problems in file order.
 
-A large plain file is checked in ranges by worker processes (``analysis/ranges.py``); each
+A large plain file is checked in ranges by worker processes (``logs/ranges.py``); each
 returns a ``_Tally`` holding its counts and its first problems, merged here in file order, so
 the lines printed are those of one sequential read.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from cvdiag.analysis import ranges
-from cvdiag.analysis.reading import Input, Malformed, parsed_lines
-from cvdiag.analysis.validate import MAX_BYTES, fast_check, problems
 from cvdiag.cli.opening import names, opened, output_for
 from cvdiag.cli.output import NOTHING, OK, Failure, Output
+from cvdiag.logs import ranges
+from cvdiag.logs.reading import Input, Malformed, parsed_lines
+from cvdiag.logs.validate import MAX_BYTES, fast_check, problems
 
 #: ``cvdiag validate`` lists this many invalid envelopes, then only counts them.
 INVALID_SHOWN = 100

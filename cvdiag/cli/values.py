@@ -17,8 +17,8 @@ import math
 import re
 from functools import cache
 
-from cvdiag.analysis.classes import CLASSES
-from cvdiag.analysis.times import parse_time
+from cvdiag.diagnosis.classes import CLASSES
+from cvdiag.logs.times import parse_time
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:

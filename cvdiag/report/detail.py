@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from cvdiag.analysis.classify import facts_shown
-from cvdiag.analysis.describe import describe
+from cvdiag.diagnosis.classify import facts_shown
+from cvdiag.diagnosis.describe import describe
 from cvdiag.report import lanes, waterfall
 from cvdiag.report.markup import WIDEST, attr, text
 from cvdiag.report.story import HEAD, JSON_BUDGET, JSON_CAP, KEEP, REPEATING, TAIL, Row, Story

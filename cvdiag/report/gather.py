@@ -21,10 +21,11 @@ from typing import Any, Final
 
 import orjson
 
-from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.analysis.inputs import Input, Inputs
-from cvdiag.analysis.pertest import PerTestId, reread
-from cvdiag.analysis.reading import (
+from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.diagnosis.pertest import PerTestId, reread
+from cvdiag.diagnosis.rows import Rows
+from cvdiag.logs.inputs import Input, Inputs
+from cvdiag.logs.reading import (
     MARKER,
     Malformed,
     Record,
@@ -33,8 +34,7 @@ from cvdiag.analysis.reading import (
     split_envelope,
     ts_key,
 )
-from cvdiag.analysis.rows import Rows
-from cvdiag.analysis.shape import shape_problem
+from cvdiag.logs.shape import shape_problem
 from cvdiag.report.story import Story
 from cvdiag.runs.cases import Case
 

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from cvdiag.analysis.describe import number, text
+from cvdiag.diagnosis.describe import number, text
 from cvdiag.report.story import Row, Story
 from cvdiag.report.style import duration
 

@@ -17,10 +17,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from cvdiag.analysis.classify import Verdict, classify
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.reading import Record
-from cvdiag.analysis.timeline import Clock
+from cvdiag.diagnosis.classify import Verdict, classify
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.timeline import Clock
+from cvdiag.logs.reading import Record
 
 #: Boundaries that repeat without bound in a long request: folded in the table.
 REPEATING: Final = ("backend.sse.event", "backend.llm.call.heartbeat")

@@ -4,7 +4,8 @@ the headline that counts tests by outcome; ``junit`` reads any runner's JUnit XM
 Playwright, vitest, Jest) into it, safely whatever the file holds. The report page draws them
 beside the backend's stories; the pytest plugin builds them from its own reports.
 
-Beside ``analysis`` rather than inside it: it reads what test runners write, not envelopes.
+Beside ``logs`` and ``diagnosis`` rather than inside them: it reads what test runners write, not
+envelopes.
 
 May import: cvdiag.schema, cvdiag.scrubbing.
 """

@@ -21,9 +21,6 @@ import threading
 import time
 import traceback
 
-import cvdiag.analysis.classify  # what most commands import after the parser
-import cvdiag.cli  # noqa: F401  (``python -m cvdiag`` runs cvdiag.cli.main)
-
 
 def serve(sock: socket.socket) -> None:
     while True:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cvdiag.analysis.describe import describe
-from cvdiag.analysis.reading import Record
-from cvdiag.analysis.vocabulary import CUT, error_kind
+from cvdiag.diagnosis.describe import describe
+from cvdiag.diagnosis.vocabulary import CUT, error_kind
+from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import Tier
 
 Key = tuple[str, int]

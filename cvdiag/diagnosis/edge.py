@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from cvdiag.analysis.describe import text
-from cvdiag.analysis.facts import Abort
-from cvdiag.analysis.rules import Context, Finding
-from cvdiag.analysis.vocabulary import RATE_LIMITED
+from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.facts import Abort
+from cvdiag.diagnosis.rules import Context, Finding
+from cvdiag.diagnosis.vocabulary import RATE_LIMITED
 
 #: A stream silent this long when its connection closed may have met an idle timeout: shorter
 #: silences are any client's pace (proxies' idle timeouts are seconds: nginx 60 s by default,

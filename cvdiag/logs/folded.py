@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Generic, TypeVar
 
-from cvdiag.analysis.inputs import InputError
+from cvdiag.logs.inputs import InputError
 
 try:
     import sqlite3

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from cvdiag.analysis.calls import Ref
+from cvdiag.diagnosis.calls import Ref
 
 #: The event that opens a stream of each protocol, and the protocol's name in a reason.
 OPENERS: Final = {"RUN_STARTED": "AG-UI run", "response.created": "OpenAI Responses stream"}

@@ -28,8 +28,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import IO, Final, TypeVar, cast
 
-from cvdiag.analysis.inputs import Input, InputError
-from cvdiag.analysis.partial import outside_run
+from cvdiag.logs.inputs import Input, InputError
+from cvdiag.logs.partial import outside_run
 
 # The worker processes (``forked``, and multiprocessing with it) are imported when a file is read
 # in parallel: most reads are of small files, and ``cvdiag grep`` never reads in parallel.
@@ -188,7 +188,7 @@ def run(
     file ``source`` opened); the results in file order.
     ``on_done(end)`` is called as each range's result arrives. A worker that dies, or a job
     that raises, ends the run with ``InputError`` or the job's own exception."""
-    from cvdiag.analysis.forked import WorkerDied, run_in_order
+    from cvdiag.logs.forked import WorkerDied, run_in_order
 
     # A forked worker holds a copy of every unflushed stdio buffer; flushed first, no child
     # can ever write the parent's lines a second time (defensive: today's workers do not).

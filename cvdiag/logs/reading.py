@@ -12,7 +12,7 @@ order, each optional. The rest of the line, trailing whitespace aside, must be o
 A ``CVDIAG {`` anywhere else in a line (glued after a host's own text, quoted in another log
 record, forged inside a client-supplied string) is never read as an envelope and never dropped
 silently: it is reported to the caller as *set aside*. A CRI line the runtime split into
-``P`` parts and an ``F`` is joined back first (``cvdiag.analysis.partial``), at its first part.
+``P`` parts and an ``F`` is joined back first (``cvdiag.logs.partial``), at its first part.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Iterator
 import orjson
 
 # Re-exported (inputs, times): they were part of this module, and callers import them from here.
-from cvdiag.analysis.inputs import STDIN, Input, InputError, Inputs
-from cvdiag.analysis.partial import joined_blocks, may_continue
-from cvdiag.analysis.shape import shape_problem
-from cvdiag.analysis.times import CANONICAL_TS, format_key, key_millis, parse_time, ts_key
+from cvdiag.logs.inputs import STDIN, Input, InputError, Inputs
+from cvdiag.logs.partial import joined_blocks, may_continue
+from cvdiag.logs.shape import shape_problem
+from cvdiag.logs.times import CANONICAL_TS, format_key, key_millis, parse_time, ts_key
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
@@ -156,11 +156,11 @@ def candidate_lines(source: Input, needle: bytes) -> Iterator[tuple[int, bytes |
     rare = needle and needle != MARKER and b"\n" not in needle
     fd = source.descriptor() if rare and not numbered else None
     if fd is not None:
-        from cvdiag.analysis import search
+        from cvdiag.logs import search
 
         if search.USABLE:
             # A hit in a CRI line that may be one part of a longer line (see
-            # ``cvdiag.analysis.partial``; the needle may even be in a later part only) sends
+            # ``cvdiag.logs.partial``; the needle may even be in a later part only) sends
             # the rest of the file to the block reader, which joins the parts: the lines
             # yielded so far all start before that line's run.
             last = -1

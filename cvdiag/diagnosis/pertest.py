@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Generic
 
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.folded import Folded, T
-from cvdiag.analysis.inputs import Inputs
-from cvdiag.analysis.reading import Malformed, Record, records
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.logs.folded import Folded, T
+from cvdiag.logs.inputs import Inputs
+from cvdiag.logs.reading import Malformed, Record, records
 
 #: Test ids whose facts are kept open; a log's concurrent requests are far fewer.
 ACTIVE: Final = 2048

@@ -40,14 +40,14 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.analysis import edge, incomplete, mock, rules, waiting
-from cvdiag.analysis.calls import Ref
-from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.analysis.describe import text
-from cvdiag.analysis.edge import silence_ms
-from cvdiag.analysis.facts import Facts, gather
-from cvdiag.analysis.rules import Context, Finding
-from cvdiag.analysis.vocabulary import CUT, error_kind
+from cvdiag.diagnosis import edge, incomplete, mock, rules, waiting
+from cvdiag.diagnosis.calls import Ref
+from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.edge import silence_ms
+from cvdiag.diagnosis.facts import Facts, gather
+from cvdiag.diagnosis.rules import Context, Finding
+from cvdiag.diagnosis.vocabulary import CUT, error_kind
 from cvdiag.schema.vocabulary import Tier
 
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider

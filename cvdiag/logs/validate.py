@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Final
 
-from cvdiag.analysis.fastcheck import ANNOTATIONS, compile_check
+from cvdiag.logs.fastcheck import ANNOTATIONS, compile_check
 from cvdiag.schema.vocabulary import BYTE_CAPS, Tier, packaged_schema
 
 MAX_BYTES: Final = BYTE_CAPS[Tier.DEBUG]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cvdiag.analysis.calls import Call, Ref
-from cvdiag.analysis.calls_then import calls_then, count, error_of, went_on
-from cvdiag.analysis.describe import ms, text
-from cvdiag.analysis.edge import idle_abort, idle_said
-from cvdiag.analysis.rules import Context, Finding
-from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import FOUND_GONE, finish_cause
+from cvdiag.diagnosis.calls import Call, Ref
+from cvdiag.diagnosis.calls_then import calls_then, count, error_of, went_on
+from cvdiag.diagnosis.describe import ms, text
+from cvdiag.diagnosis.edge import idle_abort, idle_said
+from cvdiag.diagnosis.rules import Context, Finding
+from cvdiag.diagnosis.timeline import Clock
+from cvdiag.diagnosis.vocabulary import FOUND_GONE, finish_cause
 from cvdiag.schema.vocabulary import Tier
 
 

@@ -11,18 +11,18 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Final
 
-from cvdiag.analysis.calls import Call, Key, Ref
-from cvdiag.analysis.describe import edge_headers, number
-from cvdiag.analysis.protocol import Protocol
-from cvdiag.analysis.reading import Record
-from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import (
+from cvdiag.diagnosis.calls import Call, Key, Ref
+from cvdiag.diagnosis.describe import edge_headers, number
+from cvdiag.diagnosis.protocol import Protocol
+from cvdiag.diagnosis.timeline import Clock
+from cvdiag.diagnosis.vocabulary import (
     CLIENT_EXCEPTIONS,
     Termination,
     is_content_event,
     is_error_event,
     termination,
 )
+from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
 #: ``cf-mitigated`` values Cloudflare sets when it challenged or blocked the request.

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Final
 
-from cvdiag.analysis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
-from cvdiag.analysis.describe import number
-from cvdiag.analysis.pertest import Again, PerTestId
-from cvdiag.analysis.reading import Record
-from cvdiag.analysis.sample import Sample
-from cvdiag.analysis.stats_text import PERCENTILES, render
+from cvdiag.diagnosis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
+from cvdiag.diagnosis.describe import number
+from cvdiag.diagnosis.pertest import Again, PerTestId
+from cvdiag.diagnosis.sample import Sample
+from cvdiag.diagnosis.stats_text import PERCENTILES, render
+from cvdiag.logs.reading import Record
 
 __all__ = ["PERCENTILES", "Group", "Sample", "Stats", "render"]
 

@@ -7,9 +7,9 @@ import math
 import struct
 from typing import Any, Final
 
-from cvdiag.analysis.classify import FROM_ABSENCE, classify, lacking
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.timeline import Clock
+from cvdiag.diagnosis.classify import FROM_ABSENCE, classify, lacking
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.timeline import Clock
 
 
 def status(facts: Facts) -> str:

@@ -8,9 +8,9 @@ What is left is the app's stream itself: it answered 200 and closed without ``RU
 
 from __future__ import annotations
 
-from cvdiag.analysis.describe import text
-from cvdiag.analysis.protocol import TERMINALS
-from cvdiag.analysis.rules import Context, Finding
+from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.protocol import TERMINALS
+from cvdiag.diagnosis.rules import Context, Finding
 
 
 def protocol_incomplete(ctx: Context) -> Finding:

@@ -11,11 +11,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Final
 
-from cvdiag.analysis.calls import Call, Key, Ref
-from cvdiag.analysis.describe import text
-from cvdiag.analysis.facts import Facts
-from cvdiag.analysis.timeline import Clock
-from cvdiag.analysis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
+from cvdiag.diagnosis.calls import Call, Key, Ref
+from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.timeline import Clock
+from cvdiag.diagnosis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
 
 #: An unanswered call, with no heartbeat, that the client had waited on less than this long
 #: when the request ended did not keep the client waiting: a client gone within half a second

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from cvdiag.analysis.inputs import InputError
+from cvdiag.logs.inputs import InputError
 
 T = TypeVar("T")
 

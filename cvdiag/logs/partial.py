@@ -5,7 +5,7 @@ The CRI log format (containerd, CRI-O) writes each line as ``<RFC 3339 time> <st
 final ``F``; the other stream's lines may stand between the parts. A debug-tier envelope (up to
 16 KiB of JSON, with ``CVDIAG `` in front) can be split so. Every reader joins the parts first:
 
-- blocks (``joined_blocks``, for ``cvdiag.analysis.reading``): a run whose first part starts
+- blocks (``joined_blocks``, for ``cvdiag.logs.reading``): a run whose first part starts
   an envelope (`` P CVDIAG {``; containerd cuts 16 KiB into the line, so the first part always
   holds the marker) has its content moved onto its first line (tag ``F``), and each later part
   is left as its head turned to spaces, so a block keeps its length and its newlines: line
@@ -14,7 +14,7 @@ final ``F``; the other stream's lines may stand between the parts. A debug-tier 
   A block without `` P CVDIAG {`` costs one ``find`` and nothing else;
 - lines (``joined_lines``, for ``cvdiag tail``): a run is held until its ``F`` and shown as one
   line; lines of the other stream meanwhile wait behind it, in their order;
-- a range edge (``outside_run``, for ``cvdiag.analysis.ranges``) is moved past a run it would cut.
+- a range edge (``outside_run``, for ``cvdiag.logs.ranges``) is moved past a run it would cut.
 
 A run with no ``F`` within ``limit`` bytes (or before the input ends) is left as written: its
 first part is then reported as an envelope with invalid JSON, never silently completed.

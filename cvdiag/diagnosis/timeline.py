@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
-from cvdiag.analysis.describe import describe, edge_headers
-from cvdiag.analysis.reading import Record, key_millis
+from cvdiag.diagnosis.describe import describe, edge_headers
+from cvdiag.logs.reading import Record, key_millis
 
 #: Runs of sibling SSE events longer than this are folded in the text tree (never in JSON).
 FOLD_EVENTS_OVER: Final = 3

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from cvdiag.analysis.calls import Call, Ref
-from cvdiag.analysis.describe import ms, text
-from cvdiag.analysis.rules import Context
+from cvdiag.diagnosis.calls import Call, Ref
+from cvdiag.diagnosis.describe import ms, text
+from cvdiag.diagnosis.rules import Context
 
 
 def went_on(outlived: list[Call]) -> str:

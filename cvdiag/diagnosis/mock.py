@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from cvdiag.analysis.calls import Call
-from cvdiag.analysis.describe import text
-from cvdiag.analysis.rules import Context, Finding, _end_refs, _outcome
+from cvdiag.diagnosis.calls import Call
+from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.rules import Context, Finding, _end_refs, _outcome
 
 #: Error codes (``provider_error_code``, lowercased) a mock provider answers a request no
 #: fixture matched with (docs/troubleshooting.md lists them).
