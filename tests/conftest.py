@@ -49,77 +49,77 @@ QUICK_WORKERS = max(1, min(WORKERS, os.cpu_count() or 1))
 #: ``reliability`` are slow too. Everything still runs in a plain ``pytest``.
 SLOW = (
     "tests/reliability/",
-    "tests/test_agent_until_response.py",
-    "tests/test_analysis_fastcheck.py",
-    "tests/test_async_libraries.py",
-    "tests/test_benchmarks.py",
-    "tests/test_blocking_detector.py",  # a process per case, blockbuster in it
-    "tests/test_cancel_vocabulary.py",
-    "tests/test_cli_big_logs.py",
-    "tests/test_cli_causes_real.py",
-    "tests/test_cli_commands.py",
-    "tests/test_cli_demo.py",
-    "tests/test_cli_first_hour.py",
-    "tests/test_cli_gone_real.py",
-    "tests/test_cli_long_lines.py",
-    "tests/test_cli_parallel.py",
-    "tests/test_cli_real.py",
-    "tests/test_cli_shapes_real.py",
-    "tests/test_cli_silence_real.py",
-    "tests/test_cli_spill.py",
-    "tests/test_cli_tail_live.py",
-    "tests/test_cli_truths.py",
-    "tests/test_cli_usability.py",
-    "tests/test_docs_snippets.py",
-    "tests/test_error_order.py",
-    "tests/test_examples.py",
-    "tests/test_examples_offline.py",
-    "tests/test_fake_provider.py",
-    "tests/test_frameworks.py",
-    "tests/test_langgraph_server.py",  # `langgraph dev` processes
-    "tests/test_httpx.py",
-    "tests/test_llm_finish_reasons.py",
-    "tests/test_log_scrub_uvicorn.py",
-    "tests/test_last_byte.py",
-    "tests/test_middleware_e2e.py",
-    "tests/test_mock_fixture_real.py",
-    "tests/test_nginx_real.py",  # real nginx in front of uvicorn
-    "tests/test_otel.py",
-    "tests/test_otel_startup_line.py",  # a fresh process per case
-    "tests/test_process_lifecycle.py",
-    "tests/test_pytest_backend.py",  # a backend of its own: uvicorn in a subprocess
-    "tests/test_pytest_test_id.py",  # inner pytest sessions, a real server
-    "tests/test_protocol_real.py",
-    "tests/test_report_cli.py",
-    "tests/test_report_junit.py",  # a real server writes the backend's log
-    "tests/test_report_hostile.py",
-    "tests/test_report_browser.py",  # real servers, then the pages in headless Chromium
-    "tests/test_report_browser_runs.py",  # a real server's log, then the page in Chromium
-    "tests/test_scrub_doors.py",
-    "tests/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
+    "tests/scopes/test_until_response.py",
+    "tests/logs/test_fastcheck.py",
+    "tests/asgi/test_async_libraries.py",
+    "tests/project/test_benchmarks.py",
+    "tests/sinks/test_blocking_detector.py",  # a process per case, blockbuster in it
+    "tests/core/test_cancel_vocabulary.py",
+    "tests/cli/test_big_logs.py",
+    "tests/cli/test_causes_real.py",
+    "tests/cli/test_commands.py",
+    "tests/cli/test_demo.py",
+    "tests/cli/test_first_hour.py",
+    "tests/cli/test_gone_real.py",
+    "tests/cli/test_long_lines.py",
+    "tests/cli/test_parallel.py",
+    "tests/cli/test_real.py",
+    "tests/cli/test_shapes_real.py",
+    "tests/cli/test_silence_real.py",
+    "tests/cli/test_spill.py",
+    "tests/cli/test_tail_live.py",
+    "tests/cli/test_truths.py",
+    "tests/cli/test_usability.py",
+    "tests/project/test_docs_snippets.py",
+    "tests/asgi/test_error_order.py",
+    "tests/project/test_examples.py",
+    "tests/project/test_examples_offline.py",
+    "tests/project/test_fake_provider.py",
+    "tests/e2e/test_frameworks.py",
+    "tests/e2e/test_langgraph_server.py",  # `langgraph dev` processes
+    "tests/outbound/test_httpx.py",
+    "tests/providers/test_finish_reasons.py",
+    "tests/core/test_log_scrub_uvicorn.py",
+    "tests/asgi/test_last_byte.py",
+    "tests/asgi/test_e2e.py",
+    "tests/e2e/test_mock_fixture_real.py",
+    "tests/e2e/test_nginx_real.py",  # real nginx in front of uvicorn
+    "tests/otel/test_bridge.py",
+    "tests/otel/test_startup_line.py",  # a fresh process per case
+    "tests/sinks/test_process_lifecycle.py",
+    "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
+    "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server
+    "tests/e2e/test_protocol_real.py",
+    "tests/report/test_command.py",
+    "tests/report/test_junit.py",  # a real server writes the backend's log
+    "tests/report/test_hostile.py",
+    "tests/report/test_browser.py",  # real servers, then the pages in headless Chromium
+    "tests/report/test_browser_runs.py",  # a real server's log, then the page in Chromium
+    "tests/scrubbing/test_doors.py",
+    "tests/sinks/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
     "tests/showcase_integration/test_showcase_server.py",
-    "tests/test_stories.py",
-    "tests/test_stream_outlives_request.py",
-    "tests/test_stream_silence.py",
-    "tests/test_support_cli.py",  # each command twice: forked and as a new interpreter
-    "tests/test_template.py",
-    "tests/test_analysis_search.py::test_arbitrary_bytes_and_needles",
-    "tests/test_analysis_search.py::test_the_search_finds_what_a_line_split_finds",
-    "tests/test_analysis_search.py::test_candidate_lines_take_the_same_lines_by_either_road",
-    "tests/test_analysis_validate.py::test_the_validator_agrees_with_jsonschema",
-    "tests/test_envelope.py::test_every_envelope_is_within_its_cap_and_valid",
-    "tests/test_heartbeat.py::test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread",
-    "tests/test_middleware_hostile.py::test_raw_requests_over_uvicorn",
-    "tests/test_pytest_report.py::test_under_xdist_the_workers_make_one_page",
-    "tests/test_quality.py",  # mypy and ruff over the whole tree
-    "tests/test_report_page.py::test_every_row_and_section_stays_within_its_maximum_at_the_widest",
-    "tests/test_scrub_corpus.py::test_converting_a_huge_object_to_text_is_bounded",
-    "tests/test_scrub_cut.py::test_an_over_long_test_id_ending_in_a_token_leaks_nothing",
-    "tests/test_scrub_cut.py::test_a_long_test_id_still_joins",
-    "tests/test_settings.py::test_an_unrecognised_value_is_reported_once",
-    "tests/test_sinks.py::test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints",
-    "tests/test_sse.py::test_condensing_keeps_counts_and_sizes_exact",
-    "tests/test_sse.py::test_incremental_readers_match_the_reference",
+    "tests/e2e/test_stories.py",
+    "tests/outbound/test_stream_outlives_request.py",
+    "tests/scopes/test_stream_silence.py",
+    "tests/cli/test_support_runner.py",  # each command twice: forked and as a new interpreter
+    "tests/pipeline/test_template.py",
+    "tests/logs/test_search.py::test_arbitrary_bytes_and_needles",
+    "tests/logs/test_search.py::test_the_search_finds_what_a_line_split_finds",
+    "tests/logs/test_search.py::test_candidate_lines_take_the_same_lines_by_either_road",
+    "tests/logs/test_validate.py::test_the_validator_agrees_with_jsonschema",
+    "tests/pipeline/test_envelope.py::test_every_envelope_is_within_its_cap_and_valid",
+    "tests/scopes/test_heartbeat.py::test_ten_thousand_outstanding_calls_cost_no_task_and_no_thread",
+    "tests/asgi/test_hostile.py::test_raw_requests_over_uvicorn",
+    "tests/pytest_plugin/test_report.py::test_under_xdist_the_workers_make_one_page",
+    "tests/project/test_quality.py",  # mypy and ruff over the whole tree
+    "tests/report/test_page.py::test_every_row_and_section_stays_within_its_maximum_at_the_widest",
+    "tests/scrubbing/test_corpus.py::test_converting_a_huge_object_to_text_is_bounded",
+    "tests/scrubbing/test_cut.py::test_an_over_long_test_id_ending_in_a_token_leaks_nothing",
+    "tests/scrubbing/test_cut.py::test_a_long_test_id_still_joins",
+    "tests/core/test_settings.py::test_an_unrecognised_value_is_reported_once",
+    "tests/sinks/test_sinks.py::test_a_slow_reader_never_blocks_the_loop_nor_breaks_the_hosts_prints",
+    "tests/asgi/test_sse.py::test_condensing_keeps_counts_and_sizes_exact",
+    "tests/asgi/test_sse.py::test_incremental_readers_match_the_reference",
 )
 
 
@@ -170,13 +170,13 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 #: ``--dist loadfile`` each worker takes the next module as it finishes one, in collection order;
 #: a long module taken last keeps one worker busy while the others idle at the end of the run.
 LONGEST = (
-    "tests/test_docs_snippets.py",
-    "tests/test_benchmarks.py",
-    "tests/test_stories.py",
-    "tests/test_shared_log.py",  # about 40 s on a quiet machine: worker processes per case
-    "tests/test_report_hostile.py",
-    "tests/test_report_browser.py",
-    "tests/test_examples_offline.py",
+    "tests/project/test_docs_snippets.py",
+    "tests/project/test_benchmarks.py",
+    "tests/e2e/test_stories.py",
+    "tests/sinks/test_shared_log.py",  # about 40 s on a quiet machine: worker processes per case
+    "tests/report/test_hostile.py",
+    "tests/report/test_browser.py",
+    "tests/project/test_examples_offline.py",
 )
 
 
@@ -237,14 +237,14 @@ def reference_dir() -> Path:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line naming the framework recipes (tests/test_frameworks.py and
-    tests/test_langgraph_server.py) left out, and why; only when this run skipped some of them
+    """One line naming the framework recipes (tests/e2e/test_frameworks.py and
+    tests/e2e/test_langgraph_server.py) left out, and why; only when this run skipped some of them
     (a run that did not select them left nothing out)."""
     skipped = terminalreporter.stats.get("skipped", [])
-    recipes = ("tests/test_frameworks.py", "tests/test_langgraph_server.py")
+    recipes = ("tests/e2e/test_frameworks.py", "tests/e2e/test_langgraph_server.py")
     if not any(getattr(r, "nodeid", "").startswith(recipes) for r in skipped):
         return
-    from tests.test_frameworks import RECIPES, missing
+    from tests.e2e.test_frameworks import RECIPES, missing
 
     left_out = {name: missing(name) for name in RECIPES}
     absent = sorted({dist for dists in left_out.values() for dist in dists})

@@ -6,7 +6,7 @@ request's context and differ in a few fields. Each boundary's envelope is serial
 process through the one build and serialize path (``cvdiag.pipeline.envelope``), with every
 field that varies left as a ``%`` slot; a request fills in its context once (``RequestLines``), and
 each envelope is then a single ``bytes %`` of its span id, timestamps and metadata. The line is byte
-for byte the line ``Emitter.emit`` writes (tests/test_template.py holds them equal).
+for byte the line ``Emitter.emit`` writes (tests/pipeline/test_template.py holds them equal).
 
 The emitter offers templates only where nothing needs the envelope as a dict: every sink takes
 lines alone (stdout, a file) and the OpenTelemetry bridge is off. A line the template cannot

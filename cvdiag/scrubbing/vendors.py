@@ -3,7 +3,7 @@
 
 Apart from the key names and auth schemes (``rules.py``) because this table grows a rule at a time
 as vendors ship key formats. Each rule's fake example (built with ``rules.fake``, so no file holds
-a credential-shaped literal) is redacted whole by ``tests/test_scrub_rules.py``. Shapes come from
+a credential-shaped literal) is redacted whole by ``tests/scrubbing/test_rules.py``. Shapes come from
 the public rule sets of gitleaks, trufflehog and detect-secrets, written for this scrubber: each
 starts with its literal prefix (matched only at a token boundary) and its body takes every
 following token character, so a token longer than its vendor documents still goes whole.

@@ -100,7 +100,7 @@ async def call(
 def answer(sent: list[dict[str, Any]], raised: BaseException | None) -> tuple[Any, ...]:
     """What a client sees of an exchange: status, headers, body, and the exception's type.
 
-    The ``x-test-id`` header cvdiag echoes is left out (tests/test_middleware_echo.py pins it):
+    The ``x-test-id`` header cvdiag echoes is left out (tests/asgi/test_echo.py pins it):
     the apps here never set it, so everything else must match the bare app's answer exactly."""
     status, headers, body = None, None, b""
     for message in sent:

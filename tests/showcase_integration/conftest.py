@@ -2,7 +2,7 @@
 ``_shared/cvdiag_bootstrap.py``, each one line over ``cvdiag.showcase``. An integration's tests
 put its root on ``sys.path`` so that ``agents`` and ``_shared`` import; so do these, but only
 while this folder's test modules are imported: ``agents`` is also the OpenAI Agents SDK's name
-(tests/test_frameworks.py and docs/frameworks.md import it), so the SDK's modules are set aside
+(tests/e2e/test_frameworks.py and docs/frameworks.md import it), so the SDK's modules are set aside
 for that moment and put back after. ``_shared`` stays imported, for a test that imports it late.
 """
 

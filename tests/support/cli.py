@@ -10,7 +10,7 @@ and exits with its status. What a fork cannot reproduce runs as a real ``python 
 instead: an environment that differs in what Python reads as it starts (``PYTHON*``, the
 locale), a second command while one runs, or a warm process that is gone. The interpreter's
 own start-up is covered by the tests that run ``python -m cvdiag`` themselves
-(tests/test_cli_startup.py, tests/test_packaging.py, the demo's and the docs' runs).
+(tests/cli/test_startup.py, tests/project/test_packaging.py, the demo's and the docs' runs).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 from tests.support import warm
 
 TIMEOUT = 60
-#: How many commands ran forked from the warm interpreter (tests/test_support_cli.py reads it).
+#: How many commands ran forked from the warm interpreter (tests/cli/test_support_runner.py
+#: reads it).
 forked_runs = 0
 
 

@@ -1,8 +1,8 @@
 """``python -m examples NAME``, run once per session in a subprocess of its own.
 
-tests/test_examples_offline.py checks what each run wrote and printed; tests/test_docs_snippets.py
-runs the READMEs' ``python -m examples NAME`` lines: both read the same run, so the suite pays
-for each example's offline run once.
+tests/project/test_examples_offline.py checks what each run wrote and printed;
+tests/project/test_docs_snippets.py runs the READMEs' ``python -m examples NAME`` lines: both read
+the same run, so the suite pays for each example's offline run once.
 """
 
 from __future__ import annotations

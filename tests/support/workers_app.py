@@ -1,4 +1,4 @@
-"""The app several worker processes serve in tests/test_shared_log.py: gunicorn with uvicorn
+"""The app several worker processes serve in tests/sinks/test_shared_log.py: gunicorn with uvicorn
 workers, or ``uvicorn --workers``, all writing to one stdout.
 
 ``/sse`` streams ``EVENTS`` events of a few hundred bytes, so that a story at the debug tier is a
