@@ -151,7 +151,7 @@ def classify(args: argparse.Namespace) -> int:
 
     found = _test_records(args, Malformations("classify"))
     facts = classifying.gather(args.test_id, found)
-    facts.add_drops(_drop_reports(args))
+    classifying.add_drops(facts, _drop_reports(args))
     verdict = classifying.classify(facts, first_token_timeout=args.first_token_timeout)
     out = Output(color=args.color)
     if args.json:

@@ -37,17 +37,18 @@ verdict then carries a ``caveat`` naming them, beside the class the log still su
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from cvdiag.diagnosis import edge, incomplete, mock, rules, waiting
 from cvdiag.diagnosis.calls import Ref
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.diagnosis.describe import text
+from cvdiag.diagnosis.describe import number, text
 from cvdiag.diagnosis.edge import silence_ms
-from cvdiag.diagnosis.facts import Facts, gather
+from cvdiag.diagnosis.facts import KEEP, Facts, gather
 from cvdiag.diagnosis.rules import Context, Finding
 from cvdiag.diagnosis.vocabulary import CUT, error_kind
+from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import Tier
 
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
@@ -156,6 +157,25 @@ def _incomplete(facts: Facts) -> str:
     """How a story written while the log reports drops visibly lacks envelopes; "" when it does
     not, or when no drop is reported (then what is absent was never written)."""
     return lacking(facts) if facts.dropped else ""
+
+
+def add_drops(facts: Facts, reports: Iterable[Record]) -> None:
+    """Count into ``facts`` the log's ``cvdiag.queue_dropped`` reports (each has a test id of its
+    own), in time order, after the test id's own envelopes. A report counts the envelopes a
+    process dropped since its previous one, and comes when its pipe drains: so those written from
+    the test id's first envelope up to the first one at or after its last may have held some of
+    its envelopes."""
+    if facts.first is None or facts.last is None:
+        return
+    for record in reports:
+        if record.key < facts.first:
+            continue
+        count = number(record.envelope["metadata"].get("dropped_count"))
+        facts.dropped += int(count) if count is not None and count > 0 else 0
+        if len(facts.drop_refs) < KEEP:
+            facts.drop_refs.append(facts.ref_of(record))
+        if record.key >= facts.last:
+            return
 
 
 def lacking(facts: Facts) -> str:

@@ -125,7 +125,7 @@ class Facts:
     _answer_unsent: bool = False
     _answer_unsent_content: bool = False
     #: Envelopes the log reports dropped (``cvdiag.queue_dropped``) while this story was
-    #: written, and those reports: the story may lack them (see ``add_drops``).
+    #: written, and those reports: the story may lack them (``classify.add_drops``).
     dropped: int = 0
     drop_refs: list[Ref] = dataclasses.field(default_factory=list)
     #: ``backend.sse.event`` envelopes present, and the events the terminals say were sent.
@@ -135,7 +135,7 @@ class Facts:
     #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
     lean: bool = False
 
-    def _ref(self, record: Record) -> Ref:
+    def ref_of(self, record: Record) -> Ref:
         if self.lean:
             env = record.envelope
             return Ref(env["boundary"], env["outcome"], record.key, "", "")
@@ -154,7 +154,7 @@ class Facts:
         if tier > self.tier:
             self.tier = tier
         if env["outcome"] in ("err", "timeout") and self.bad_outcome is None:
-            self.bad_outcome = self._ref(record)
+            self.bad_outcome = self.ref_of(record)
         edges = edge_headers(env)
         if edges:
             self._add_edges(record, boundary, edges)
@@ -168,20 +168,18 @@ class Facts:
             self._add_completion(record, env["outcome"], meta)
         elif boundary == INGRESS:
             self.ingresses += 1
-            self._last_ingress = self._ref(record)
+            self._last_ingress = self.ref_of(record)
             self.first_ingress = self.first_ingress or self._last_ingress
             self._quiet_from, self._sent_unknown = record.key, False
         elif boundary == "backend.error.caught":
             self._add_error(record, meta)
         elif boundary.startswith("backend.llm.call."):
             self._add_call(record, boundary, meta)
-            if self.run is None and isinstance(meta.get("run_id"), str):
-                self.run = meta["run_id"]
+            self.run = self.run or _string(meta.get("run_id"))
         elif boundary == "backend.agent.enter":
-            if self.run is None and isinstance(meta.get("run_id"), str):
-                self.run = meta["run_id"]
+            self.run = self.run or _string(meta.get("run_id"))
         elif boundary == "backend.sse.first_byte":
-            ref = self._ref(record)
+            ref = self.ref_of(record)
             keepalive = meta.get("keepalive") is True
             if self.first_byte is None:
                 self.first_byte = (number(meta.get("delta_ms_from_ingress")), ref)
@@ -197,19 +195,19 @@ class Facts:
                 size = number(meta.get("bytes_before_abort"))
                 quiet = None if self._sent_unknown else self._quiet_from
                 silence = number(meta.get("silence_ms"))
-                ref = self._ref(record)
+                ref = self.ref_of(record)
                 self.aborts.append(Abort(termination(meta), ref, size, silence, quiet))
                 self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
-            self.protocol.end(self._ref(record), meta, completed=False)
+            self.protocol.end(self.ref_of(record), meta, completed=False)
 
     def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
         if boundary == "probe.sse.aborted":
-            self.client_cut = self.client_cut or self._ref(record)
+            self.client_cut = self.client_cut or self.ref_of(record)
             return
         key = "status" if boundary == "probe.network.response" else "response_status"
         status = number(meta.get(key)) if boundary.startswith("probe.network.") else None
         if status is not None and len(self.client_statuses) < KEEP:
-            self.client_statuses.append((status, self._ref(record)))
+            self.client_statuses.append((status, self.ref_of(record)))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,
@@ -234,7 +232,7 @@ class Facts:
         kind = meta.get("event_type")
         if not isinstance(kind, str):
             return
-        ref = self._ref(record)
+        ref = self.ref_of(record)
         self.protocol.event(kind, ref)
         if is_error_event(kind):
             self.error_event_count += 1
@@ -251,7 +249,7 @@ class Facts:
             return
         self.errors += 1
         if len(self.error_refs) < KEEP:
-            self.error_refs.append((meta, self._ref(record)))
+            self.error_refs.append((meta, self.ref_of(record)))
 
     def _at_end(self, ref: Ref, duration: Any) -> None:
         """A terminal: note how long its request lasted, and where each streaming call's
@@ -265,7 +263,7 @@ class Facts:
 
     def _add_completion(self, record: Record, outcome: str, meta: dict[str, Any]) -> None:
         done = Completion(
-            self._ref(record),
+            self.ref_of(record),
             outcome,
             number(meta.get("http_status")),
             number(meta.get("sse_event_count")),
@@ -287,15 +285,15 @@ class Facts:
     def _add_edges(self, record: Record, boundary: str, edges: dict[str, str]) -> None:
         mitigated = edges.get("cf-mitigated", "").strip().lower()
         if mitigated in MITIGATIONS and len(self.mitigations) < KEEP:
-            self.mitigations.append((mitigated, self._ref(record)))
+            self.mitigations.append((mitigated, self.ref_of(record)))
         via = edges.get("via", "").strip()
         if via and len(self.proxies) < KEEP:
-            self.proxies.append((via, self._ref(record)))
+            self.proxies.append((via, self.ref_of(record)))
         if "retry-after" in edges and len(self.retry_after) < KEEP:
-            self.retry_after.append((edges["retry-after"], self._ref(record)))
+            self.retry_after.append((edges["retry-after"], self.ref_of(record)))
         ray = edges.get("cf-ray")
         if ray and boundary in (INGRESS, COMPLETE, ABORTED) and len(self.rays) < KEEP:
-            self.rays.setdefault(ray, self._ref(record))
+            self.rays.setdefault(ray, self.ref_of(record))
 
     def _add_call(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
         env = record.envelope
@@ -308,13 +306,13 @@ class Facts:
         if boundary.endswith(".start"):
             # A new call began: what is sent next may be its own.
             self._answer_unsent = self._answer_unsent_content = False
-            call.start = self._ref(record)
+            call.start = self.ref_of(record)
             call.quiet_since, call.quiet_unknown = self._quiet_from, self._sent_unknown
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
-            call.last_heartbeat = beat = self._ref(record)
+            call.last_heartbeat = beat = self.ref_of(record)
             elapsed = number(meta.get("elapsed_ms_since_start"))
             beat_first = number(meta.get("first_token_delta_ms"))
             if beat_first is not None and call.first_token_ms is None:
@@ -332,7 +330,7 @@ class Facts:
                 if call.flow_byte is None:
                     call.waiting_byte_ms = max(elapsed, call.waiting_byte_ms or 0.0)
         elif boundary.endswith(".response"):
-            call.response = self._ref(record)
+            call.response = self.ref_of(record)
             call.outcome = env["outcome"]
             call.provider = call.provider or _string(meta.get("provider"))
             call.model = call.model or _string(meta.get("model"))
@@ -350,24 +348,6 @@ class Facts:
             call.read_error(meta)
             if call.ok:
                 self._answer_unsent = self._answer_unsent_content = True
-
-    def add_drops(self, reports: Iterable[Record]) -> None:
-        """The log's ``cvdiag.queue_dropped`` reports (each has a test id of its own), in time
-        order, after this test id's own envelopes. A report counts the envelopes a process
-        dropped since its previous one, and comes when its pipe drains: so those written from
-        this test id's first envelope up to the first one at or after its last may have held
-        some of its envelopes."""
-        if self.first is None or self.last is None:
-            return
-        for record in reports:
-            if record.key < self.first:
-                continue
-            count = number(record.envelope["metadata"].get("dropped_count"))
-            self.dropped += int(count) if count is not None and count > 0 else 0
-            if len(self.drop_refs) < KEEP:
-                self.drop_refs.append(self._ref(record))
-            if record.key >= self.last:
-                return
 
     def lead_ms(self, clock: Clock) -> float:
         """How long before the first envelope (``clock``'s anchor) the first request began: 0

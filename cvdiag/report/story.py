@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from cvdiag.diagnosis.classify import Verdict, classify
+from cvdiag.diagnosis.classify import Verdict, add_drops, classify
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.logs.reading import Record
@@ -106,7 +106,7 @@ class Story:
     def finish(self, drops: Iterable[Record], *, first_token_timeout: float) -> None:
         """Classify (with the log's drop reports, as ``cvdiag classify`` does) and lay out the
         table's rows: the kept envelopes in time order, each folded run where it was."""
-        self.facts.add_drops(drops)
+        add_drops(self.facts, drops)
         self.verdict = classify(self.facts, first_token_timeout=first_token_timeout)
         rows = self._kept
         for boundary, tail in self._tails.items():
