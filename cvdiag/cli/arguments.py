@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from cvdiag.analysis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.cli.compare_arguments import diff_parser, flakes_parser
 from cvdiag.cli.output import UsageError, printed
 from cvdiag.cli.style import COLORS
 from cvdiag.cli.values import (
@@ -316,6 +317,8 @@ COMMANDS: Final[dict[str, Callable[[], Parser]]] = {
     "stats": _stats,
     "validate": _validate,
     "report": _report,
+    "diff": lambda: diff_parser(_command, _json, _timeout),
+    "flakes": lambda: flakes_parser(_command, _json, _timeout, _files),
     "demo": _demo,
 }
 

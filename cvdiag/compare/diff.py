@@ -1,0 +1,149 @@
+"""Two stories compared: the first point where they split, then every other difference beyond
+noise. Points are matched by their structural keys (``story.Point.key``), never by ids; timings
+differ in every pair of runs, so they count only past a threshold the user sets."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from cvdiag.analysis.describe import ms
+from cvdiag.compare.story import Point, Story
+
+#: Timings further apart than this (ms) are a difference, unless the user says otherwise.
+DEFAULT_THRESHOLD_MS: Final = 1000.0
+#: Differences listed at most (a run away story differs everywhere).
+SHOWN_MAX: Final = 50
+
+
+@dataclasses.dataclass(slots=True)
+class Difference:
+    at_ms: float
+    where: str
+    what: str
+    a: Any
+    b: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_ms": round(self.at_ms, 1), "where": self.where, "what": self.what,
+                "a": self.a, "b": self.b}  # fmt: skip
+
+
+@dataclasses.dataclass(slots=True)
+class Comparison:
+    a: Story
+    b: Story
+    #: The labels of the beginnings both stories reached, in order, before the split.
+    shared: list[str]
+    split: str | None
+    differences: list[Difference]
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "same": self.same,
+            "a": {"test_id": self.a.test_id, "flap_class": self.a.flap_class},
+            "b": {"test_id": self.b.test_id, "flap_class": self.b.flap_class},
+            "shared": self.shared,
+            "first_split": self.split,
+            "differences": [d.to_json() for d in self.differences[:SHOWN_MAX]],
+        }
+
+
+def compare(a: Story, b: Story, *, threshold_ms: float = DEFAULT_THRESHOLD_MS) -> Comparison:
+    """``a`` and ``b`` (finished) compared; ``a`` is the one to read as the reference (a pass)."""
+    by_key_b = {p.key: p for p in b.points}
+    keys_a = {p.key for p in a.points}
+    pairs: list[tuple[float, Point | None, Point | None]] = []
+    for point in a.points:
+        other = by_key_b.get(point.key)
+        pairs.append((min(point.at_ms, other.at_ms) if other else point.at_ms, point, other))
+    pairs += [(p.at_ms, None, p) for p in b.points if p.key not in keys_a]
+    pairs.sort(key=lambda pair: pair[0])
+    differences: list[Difference] = []
+    if a.flap_class != b.flap_class:
+        differences.append(Difference(0.0, "story", "class", a.flap_class, b.flap_class))
+    shared: list[str] = []
+    split: str | None = None
+    for at, left, right in pairs:
+        found = _differences(at, left, right, threshold_ms)
+        if found and split is None:
+            split = _split_sentence(left, right, found, a, b)
+        if not found and split is None and left is not None and not left.end:
+            shared.append(left.label)
+        differences += found
+    if split is None and differences:
+        split = f"the class differs: {a.flap_class} against {b.flap_class}"
+    return Comparison(a, b, shared, split, differences)
+
+
+def _differences(
+    at: float, left: Point | None, right: Point | None, threshold_ms: float
+) -> list[Difference]:
+    if left is None or right is None:
+        there = left or right
+        assert there is not None
+        return [Difference(at, there.key, "only in one", left is not None, right is not None)]
+    found = [
+        Difference(at, left.key, key, left.facts.get(key), right.facts.get(key))
+        for key in dict.fromkeys([*left.facts, *right.facts])
+        if left.facts.get(key) != right.facts.get(key)
+    ]
+    for key in dict.fromkeys([*left.timings, *right.timings]):
+        one, two = left.timings.get(key), right.timings.get(key)
+        beyond = one is None or two is None or abs(one - two) > threshold_ms
+        if beyond and one != two:
+            found.append(Difference(at, left.key, key, one, two))
+    return found
+
+
+def _side(point: Point | None, story: Story) -> str:
+    """What one run's point says, in a few words."""
+    if point is None:
+        return "never got there"
+    facts = point.facts
+    if point.kind == "llm" and point.end:
+        if facts.get("outcome") == "no answer":
+            beats = f" after {point.heartbeats} heartbeat(s)" if point.heartbeats else ""
+            waited = point.waited_ms if point.waited_ms is not None else point.at_ms
+            return f"the call was still waiting at +{ms(waited)}{beats}"
+        first = point.timings.get("first_token_ms")
+        said = f"first token at +{ms(first)}, " if first is not None else ""
+        error = f" ({facts['error_class']})" if facts.get("error_class") else ""
+        tokens = facts.get("response_token_count")
+        count = f", {tokens} tokens" if tokens is not None else ""
+        return f"{said}ended {facts.get('outcome')}{error} at +{ms(point.at_ms)}{count}"
+    if point.kind == "request" and point.end:
+        if facts.get("terminal") == "aborted":
+            cause = facts.get("termination_cause") or facts.get("termination_kind")
+            return f"aborted ({cause}) at +{ms(point.at_ms)} after {facts.get('events', 0)} events"
+        return (
+            f"HTTP {facts.get('http_status')} complete at +{ms(point.at_ms)}"
+            f" with {facts.get('events', 0)} events"
+        )
+    if point.end:
+        return f"ended {facts.get('outcome')} at +{ms(point.at_ms)}"
+    return f"began at +{ms(point.at_ms)}"
+
+
+def _split_sentence(
+    left: Point | None, right: Point | None, found: list[Difference], a: Story, b: Story
+) -> str:
+    there = left or right
+    assert there is not None
+    names = {d.what for d in found}
+    if "request_fingerprint" in names:
+        return f"at {there.label}: the prompt sent to the model changed"
+    if left is None or right is None:
+        gone = "the second" if right is None else "the first"
+        return f"{gone} run never reached {there.label} ({'end' if there.end else 'beginning'})"
+    sentence = (
+        f"at {there.label}: the first run's {_side(left, a)}; the second run's {_side(right, b)}"
+    )
+    left_b = b.client_left_ms if a.client_left_ms is None else None
+    if left_b is not None:
+        sentence += f"; the client left at +{ms(left_b)}"
+    return sentence
