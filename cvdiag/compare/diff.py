@@ -140,10 +140,22 @@ def _split_sentence(
     if left is None or right is None:
         gone = "the second" if right is None else "the first"
         return f"{gone} run never reached {there.label} ({'end' if there.end else 'beginning'})"
-    sentence = (
-        f"at {there.label}: the first run's {_side(left, a)}; the second run's {_side(right, b)}"
-    )
+    first = found[0]
+    if there.end:
+        sentence = f"at {there.label}: the first run's {_side(left, a)};"
+        sentence += f" the second run's {_side(right, b)}"
+    elif first.what == "edge_headers":  # a beginning differs in how it was asked
+        sentence = f"at {there.label}: the edge differs: {_headers(first.a)}"
+        sentence += f" against {_headers(first.b)}"
+    else:
+        sentence = f"at {there.label}: {first.what} {first.a} against {first.b}"
     left_b = b.client_left_ms if a.client_left_ms is None else None
     if left_b is not None:
         sentence += f"; the client left at +{ms(left_b)}"
     return sentence
+
+
+def _headers(value: Any) -> str:
+    if not isinstance(value, dict) or not value:
+        return "no edge header"
+    return ", ".join(f"{k}: {v}" for k, v in value.items())
