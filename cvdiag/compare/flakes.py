@@ -3,7 +3,7 @@ facts that separate the failing attempts from the passing ones.
 
 An attempt is a test id's story (``story.Story``); which test it belongs to comes from JUnit
 (its name) or from the test id's stable part (``d4-chat-run7`` is ``d4-chat``); whether it passed
-from JUnit, else from its class (``healthy`` passed). A fact is a short ``name=value`` an
+from JUnit, else from how its story ended (``ended_well``). A fact is a short ``name=value`` an
 attempt's story shows (a model, an edge header, a fingerprint, a time to first token past the
 slowest pass); one that every failure shows and few passes do is the likely cause.
 """
@@ -28,6 +28,26 @@ SEPARATES: Final = 0.5
 FACTS_SHOWN: Final = 5
 #: Edge headers whose values are per request (a ray id): never a shared fact.
 _PER_REQUEST: Final = frozenset({"cf-ray", "x-railway-request-id", "x-hikari-trace", "retry-after"})
+
+
+def _symptom(fact: str) -> bool:
+    return fact.startswith(("provider error=", "first token later than"))
+
+
+def ended_well(story: Story) -> bool:
+    """Without JUnit, whether an attempt passed: each request answered in full (HTTP below
+    400) and each LLM call answered. Not the class alone: a proxy in the path of a request
+    that completed is a class (``edge-interference``), not a failure of the test."""
+    if story.flap_class == "healthy":
+        return True
+    ends = [p for p in story.points if p.end and p.kind in ("request", "llm")]
+    return bool(ends) and all(_good(p.facts) for p in ends)
+
+
+def _good(facts: dict[str, Any]) -> bool:
+    status = facts.get("http_status")
+    bad_status = isinstance(status, (int, float)) and status >= 400
+    return facts.get("outcome") == "ok" and not bad_status and "error_class" not in facts
 
 
 def stable_part(test_id: str) -> str:
@@ -112,10 +132,14 @@ class Test:
             share_f, share_p = count / len(failures), counted_p[fact] / len(passes)
             if share_f - share_p >= SEPARATES:
                 found.append((share_f - share_p, share_f, fact, count, counted_p[fact]))
-        found.sort(key=lambda item: (-item[0], -item[1], item[2]))
+        # What an attempt was given (an edge header, a model, a prompt) before what happened to
+        # it (a provider error, a late first token): the latter is the failure seen again, the
+        # former what tells the failing attempts apart before they failed.
+        found.sort(key=lambda item: (_symptom(item[2]), -item[0], -item[1], item[2]))
         return [
             {
                 "fact": fact,
+                "kind": "symptom" if _symptom(fact) else "input",
                 "failures": f,
                 "of_failures": len(failures),
                 "passes": p,
@@ -153,7 +177,7 @@ def by_test(
         attempt = Attempt(
             story.test_id,
             run,
-            passed if passed is not None else story.flap_class == "healthy",
+            passed if passed is not None else ended_well(story),
             story.flap_class,
             facts,
             provider,
