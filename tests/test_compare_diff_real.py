@@ -5,8 +5,8 @@ changed; ``diff`` must name the right first split, and two healthy runs are the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +15,7 @@ from tests.support.scenarios import backend, run
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One log, every scenario in it under its own test id (one server run for the module)."""
     path = tmp_path_factory.mktemp("diff") / "backend.log"
     with backend(path) as url:
@@ -28,10 +28,10 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         run(url, path, "client-timeout", provider="stall", client_timeout=0.5)
         # A proxy in front (its via header) that cuts the stream after the first event.
         run(url, path, "proxy-cut", headers={"via": "1.1 squid"}, cut=True)
-    yield path
+    return path
 
 
-def diff(log: Path, *args: str) -> tuple[int, dict[str, object]]:
+def diff(log: Path, *args: str) -> tuple[int, dict[str, Any]]:
     done = cvdiag("diff", *args, str(log), "--json")
     assert done.stderr == "" or "warning" in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -41,7 +41,8 @@ def test_two_healthy_runs_tell_the_same_story_despite_ids_and_timings(log: Path)
     code, result = diff(log, "pass-1", "pass-2")
     assert (code, result["same"], result["differences"]) == (0, True, [])
     human = cvdiag("diff", "pass-1", "pass-2", str(log))
-    assert human.returncode == 0 and "same story" in human.stdout
+    assert human.returncode == 0
+    assert "same story" in human.stdout
 
 
 def test_a_stalled_provider_splits_at_the_llm_call(log: Path) -> None:
@@ -49,9 +50,10 @@ def test_a_stalled_provider_splits_at_the_llm_call(log: Path) -> None:
     assert code == 1
     split = str(result["first_split"])
     assert split.startswith("at LLM openai/gpt-4o-mini:"), split
-    assert "ReadTimeout" in split and "first token at" in split
+    assert "ReadTimeout" in split
+    assert "first token at" in split
     assert result["shared"] == ["ingress POST /chat", "agent planner", "LLM openai/gpt-4o-mini"]
-    found = {(d["where"], d["what"]) for d in result["differences"]}  # type: ignore[union-attr,index]
+    found = {(d["where"], d["what"]) for d in result["differences"]}
     assert ("llm 1 openai/gpt-4o-mini #1 end", "error_class") in found
     assert ("request POST /chat #1 end", "event_names") in found
 
@@ -70,14 +72,14 @@ def test_a_client_timeout_splits_where_the_call_was_still_waiting(log: Path) -> 
     split = str(result["first_split"])
     assert split.startswith("at LLM openai/gpt-4o-mini:"), split
     assert "the client left at +" in split
-    assert result["b"] == {"test_id": "client-timeout", "flap_class": result["b"]["flap_class"]}  # type: ignore[index]
-    assert result["b"]["flap_class"] != "healthy"  # type: ignore[index]
+    assert result["b"] == {"test_id": "client-timeout", "flap_class": result["b"]["flap_class"]}
+    assert result["b"]["flap_class"] != "healthy"
 
 
 def test_a_proxy_cut_splits_at_the_request_end_and_names_its_header(log: Path) -> None:
     code, result = diff(log, "pass-1", "proxy-cut")
     assert code == 1
-    found = {d["what"]: d for d in result["differences"]}  # type: ignore[union-attr]
+    found = {d["what"]: d for d in result["differences"]}
     assert found["terminal"]["b"] == "aborted"
     assert found["edge_headers"]["b"] == {"via": "1.1 squid"}
     assert "aborted" in str(result["first_split"]) or "edge" in str(result["first_split"])
@@ -90,11 +92,9 @@ def test_stories_can_be_named_log_hash_id(log: Path) -> None:
 
 def test_the_threshold_decides_what_timing_is_noise(log: Path) -> None:
     code, result = diff(log, "pass-1", "pass-2", "--threshold-ms", "0.001")
-    strict = {d["what"] for d in result["differences"]}  # type: ignore[union-attr]
+    strict = {d["what"] for d in result["differences"]}
     # Two real runs never take the very same microseconds: at a threshold of a microsecond,
     # their timings differ, and only their timings.
-    assert (
-        code == 1
-        and strict
-        and strict <= {"duration_ms", "latency_ms", "first_token_ms", "first_byte_ms"}
-    )
+    assert code == 1
+    assert strict
+    assert strict <= {"duration_ms", "latency_ms", "first_token_ms", "first_byte_ms"}

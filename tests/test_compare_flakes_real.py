@@ -9,7 +9,6 @@ did too, and the prompts vary in passes and failures alike: the proxy is the cau
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ FAILING = {3, 7, 11, 15, 19}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     folder = tmp_path_factory.mktemp("flakes")
     recorded = folder / "recorded.log"
     with backend(recorded) as url:
@@ -45,7 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
             + renamed(recorded, "p-day", f"d4-search-run{number}")
         )
         logs.append(log)
-    yield logs
+    return logs
 
 
 def test_the_planted_cause_is_named_first(runs: list[Path]) -> None:
@@ -55,7 +54,8 @@ def test_the_planted_cause_is_named_first(runs: list[Path]) -> None:
     assert (chat["test"], chat["attempts"], chat["failures"]) == ("d4-chat", RUNS, len(FAILING))
     assert (search["test"], search["failures"], search["flake_rate"]) == ("d4-search", 0, 0.0)
     [cause] = chat["causes"]
-    assert cause["count"] == len(FAILING) and cause["provider"] == "openai"
+    assert cause["count"] == len(FAILING)
+    assert cause["provider"] == "openai"
     assert cause["flap_class"] != "healthy"
     first = chat["separating_facts"][0]
     assert first == {
@@ -74,8 +74,11 @@ def test_the_human_listing_puts_the_flakiest_test_first(runs: list[Path]) -> Non
     done = cvdiag("flakes", *map(str, runs))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1].startswith("d4-chat ") and "25%" in lines[1]
-    assert any("separates: via: 1.1 squid (in 5 of 5 failures, 1 of 15 passes)" in l for l in lines)
+    assert lines[1].startswith("d4-chat ")
+    assert "25%" in lines[1]
+    assert any(
+        "separates: via: 1.1 squid (in 5 of 5 failures, 1 of 15 passes)" in line for line in lines
+    )
     assert lines[-1].startswith("d4-search ")
 
 

@@ -1,13 +1,14 @@
 """One agent backend, run as the same scenario again and again with one thing changed: the real
 pieces ``cvdiag diff`` and ``cvdiag flakes`` are tested on.
 
-A Starlette app with ``CvdiagMiddleware`` on uvicorn; ``POST /chat`` enters ``agent_scope("planner")``
-and streams an answer from the fake provider through an instrumented httpx client (OpenAI's chat
-completions, streamed), relaying each token as an SSE event. What changes between runs is asked
-per request: the prompt (``prompt``), a provider directive (``x-scenario-provider``, forwarded as
-``x-fake-provider`` so the prompt and its fingerprint stay the same), the backend's timeout on
-the provider (``x-scenario-llm-timeout``), edge headers sent by the client (a proxy's ``via``),
-the client's own timeout, and a client that cuts the stream after its first event.
+A Starlette app with ``CvdiagMiddleware`` on uvicorn; ``POST /chat`` enters
+``agent_scope("planner")`` and streams an answer from the fake provider through an instrumented
+httpx client (OpenAI's chat completions, streamed), relaying each token as an SSE event. What
+changes between runs is asked per request: the prompt (``prompt``), a provider directive
+(``x-scenario-provider``, forwarded as ``x-fake-provider`` so the prompt and its fingerprint
+stay the same), the backend's timeout on the provider (``x-scenario-llm-timeout``), edge headers
+sent by the client (a proxy's ``via``), the client's own timeout, and a client that cuts the
+stream after its first event.
 """
 
 from __future__ import annotations
@@ -92,9 +93,11 @@ def backend(log: Path) -> Iterator[str]:
         Settings(enabled=True, tier=Tier.DEBUG, heartbeat_interval=0.2), sinks=[FileSink(str(log))]
     )
     try:
-        with serve_fake_provider(FakeProvider(reply="hello there my friend")) as provider:
-            with serve_uvicorn(build_app(provider)) as url:
-                yield url
+        with (
+            serve_fake_provider(FakeProvider(reply="hello there my friend")) as provider,
+            serve_uvicorn(build_app(provider)) as url,
+        ):
+            yield url
     finally:
         flush()
         configure(Settings(), sinks=[MemorySink()])
