@@ -28,6 +28,8 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
         run(url, path, "client-timeout", provider="stall", client_timeout=0.5)
         # A proxy in front (its via header) that cuts the stream after the first event.
         run(url, path, "proxy-cut", headers={"via": "1.1 squid"}, cut=True)
+        # The agent asks the model the same thing twice in one turn.
+        run(url, path, "loop", calls=2)
     return path
 
 
@@ -98,3 +100,16 @@ def test_the_threshold_decides_what_timing_is_noise(log: Path) -> None:
     assert code == 1
     assert strict
     assert strict <= {"duration_ms", "latency_ms", "first_token_ms", "first_byte_ms"}
+
+
+def test_the_same_prompt_twice_in_one_turn_is_a_possible_loop(log: Path) -> None:
+    code, result = diff(log, "pass-1", "loop")
+    assert code == 1
+    assert result["possible_loops"]["a"] == []
+    [loop] = result["possible_loops"]["b"]
+    assert loop["calls"] == 2
+    split = result["first_split"]
+    assert split == "the first run never reached LLM openai/gpt-4o-mini (beginning)", split
+    human = cvdiag("diff", "pass-1", "loop", str(log))
+    said = f"b: possible loop: the same prompt ({loop['request_fingerprint']}) sent 2 times"
+    assert said in human.stdout

@@ -127,6 +127,12 @@ def render(result: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
     a, b = result.a, result.b
     lines = [f"a  {a.test_id}  {a.flap_class}", f"b  {b.test_id}  {b.flap_class}"]
     styles: list[tuple[str, ...]] = [class_color(a.flap_class), class_color(b.flap_class)]
+    for side, story in (("a", a), ("b", b)):
+        for sent, calls in story.loops():
+            lines.append(
+                f"{side}: possible loop: the same prompt ({sent}) sent {calls} times in one turn"
+            )
+            styles.append(("yellow",))
     if result.same:
         lines.append("same story: no difference beyond the threshold")
         return lines, [*styles, ("green",)]

@@ -50,6 +50,7 @@ class Comparison:
             "shared": self.shared,
             "first_split": self.split,
             "differences": [d.to_json() for d in self.differences[:SHOWN_MAX]],
+            "possible_loops": {"a": _loops(self.a), "b": _loops(self.b)},
         }
 
 
@@ -108,14 +109,17 @@ def _side(point: Point | None, story: Story) -> str:
     if point.kind == "llm" and point.end:
         if facts.get("outcome") == "no answer":
             beats = f" after {point.heartbeats} heartbeat(s)" if point.heartbeats else ""
-            waited = point.waited_ms if point.waited_ms is not None else point.at_ms
-            return f"the call was still waiting at +{ms(waited)}{beats}"
+            last = point.waited_ms if point.waited_ms is not None else point.at_ms
+            return f"the call was still waiting at +{ms(last)}{beats}"
         first = point.timings.get("first_token_ms")
         said = f"first token at +{ms(first)}, " if first is not None else ""
         error = f" ({facts['error_class']})" if facts.get("error_class") else ""
         tokens = facts.get("response_token_count")
         count = f", {tokens} tokens" if tokens is not None else ""
-        return f"{said}ended {facts.get('outcome')}{error} at +{ms(point.at_ms)}{count}"
+        quiet = ""
+        if first is None and point.heartbeats:  # it waited, and said so, before it ended
+            quiet = f" with no first token after {point.heartbeats} heartbeat(s)"
+        return f"{said}ended {facts.get('outcome')}{error} at +{ms(point.at_ms)}{quiet}{count}"
     if point.kind == "request" and point.end:
         if facts.get("terminal") == "aborted":
             cause = facts.get("termination_cause") or facts.get("termination_kind")
@@ -159,3 +163,7 @@ def _headers(value: Any) -> str:
     if not isinstance(value, dict) or not value:
         return "no edge header"
     return ", ".join(f"{k}: {v}" for k, v in value.items())
+
+
+def _loops(story: Story) -> list[dict[str, Any]]:
+    return [{"request_fingerprint": sent, "calls": n} for sent, n in story.loops()]

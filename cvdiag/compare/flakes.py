@@ -88,6 +88,8 @@ def facts_of(story: Story) -> tuple[frozenset[str], str | None, float | None]:
         headers = point.facts.get("edge_headers")
         if isinstance(headers, dict):
             found.update(f"{k}: {v}"[:120] for k, v in headers.items() if k not in _PER_REQUEST)
+    if story.loops():
+        found.add("the same prompt sent again in one agent turn (possible loop)")
     return frozenset(found), provider, first_token
 
 

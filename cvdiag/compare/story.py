@@ -73,6 +73,8 @@ class Story:
         self.end_ms = 0.0
         self.client_left_ms: float | None = None
         self.verdict: Verdict | None = None
+        #: (agent turn's span, fingerprint) -> LLM calls that sent it.
+        self.repeats: dict[tuple[str, str], int] = {}
 
     def add(self, record: Record) -> None:
         env = record.envelope
@@ -109,7 +111,7 @@ class Story:
         elif boundary == "backend.agent.exit":
             self._end_agent(parent, at, meta.get("terminal_outcome") or env["outcome"])
         elif boundary == "backend.llm.call.start":
-            self._begin_call(span, at, meta)
+            self._begin_call(span, parent, at, meta)
         elif boundary == "backend.llm.call.heartbeat":
             held = self._open.get(parent or "")
             if held is not None:
@@ -187,12 +189,17 @@ class Story:
 
     # -- LLM calls -----------------------------------------------------------------------------
 
-    def _begin_call(self, span: str, at: float, meta: dict[str, Any]) -> None:
+    def _begin_call(self, span: str, parent: str | None, at: float, meta: dict[str, Any]) -> None:
         self._calls += 1
         model = f"{str(meta.get('provider'))[:40]}/{str(meta.get('model'))[:80]}"
         begin = self._point("llm", f"{self._calls} {model}", f"LLM {model}", at)
-        if isinstance(meta.get("request_fingerprint"), str):
-            begin.facts["request_fingerprint"] = meta["request_fingerprint"]
+        sent = meta.get("request_fingerprint")
+        if isinstance(sent, str):
+            begin.facts["request_fingerprint"] = sent
+            # The same prompt sent again within one agent turn (the same parent scope): the
+            # agent may be looping, asking the model the same thing and getting the same answer.
+            turn = (parent or "", sent)
+            self.repeats[turn] = self.repeats.get(turn, 0) + 1
         self._open[span] = _Open(begin, span, None)
 
     def _end_call(
@@ -231,6 +238,11 @@ class Story:
         self.points.sort(key=_at)
         self.verdict = classify(self.facts, first_token_timeout=first_token_timeout)
         return self
+
+    def loops(self) -> list[tuple[str, int]]:
+        """Fingerprints sent more than once within one agent turn, with how often: a possible
+        loop."""
+        return [(sent, n) for (_, sent), n in self.repeats.items() if n > 1]
 
     @property
     def flap_class(self) -> str:

@@ -7,8 +7,8 @@ httpx client (OpenAI's chat completions, streamed), relaying each token as an SS
 changes between runs is asked per request: the prompt (``prompt``), a provider directive
 (``x-scenario-provider``, forwarded as ``x-fake-provider`` so the prompt and its fingerprint
 stay the same), the backend's timeout on the provider (``x-scenario-llm-timeout``), edge headers
-sent by the client (a proxy's ``via``), the client's own timeout, and a client that cuts the
-stream after its first event.
+sent by the client (a proxy's ``via``), the client's own timeout, the LLM calls per turn
+(``x-scenario-calls``), and a client that cuts the stream after its first event.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def build_app(provider_url: str) -> Starlette:
         body = await request.json()
         directive = request.headers.get("x-scenario-provider")
         timeout = float(request.headers.get("x-scenario-llm-timeout", "30"))
+        calls = int(request.headers.get("x-scenario-calls", "1"))
 
         async def stream() -> AsyncIterator[str]:
             async with agent_scope("planner", model_id="gpt-4o-mini"):
@@ -65,17 +66,15 @@ def build_app(provider_url: str) -> Starlette:
                     ],
                 }
                 headers = {"x-fake-provider": directive} if directive else {}
+                url = f"{provider_url}/v1/chat/completions"
                 try:
-                    async with (
-                        client,
-                        client.stream(
-                            "POST", f"{provider_url}/v1/chat/completions", json=ask, headers=headers
-                        ) as answer,
-                    ):
-                        async for line in answer.aiter_lines():
-                            if line.startswith("data: {"):
-                                yield f"event: TEXT_MESSAGE_CONTENT\ndata: {line[6:]}\n\n"
-                                await asyncio.sleep(0.005)
+                    async with client:
+                        for _ in range(calls):  # more than one: an agent asking again (a loop)
+                            async with client.stream("POST", url, json=ask, headers=headers) as got:
+                                async for line in got.aiter_lines():
+                                    if line.startswith("data: {"):
+                                        yield f"event: TEXT_MESSAGE_CONTENT\ndata: {line[6:]}\n\n"
+                                        await asyncio.sleep(0.005)
                 except httpx.TimeoutException:
                     yield f"event: RUN_ERROR\ndata: {json.dumps({'message': 'timeout'})}\n\n"
 
@@ -114,11 +113,14 @@ def run(
     headers: Mapping[str, str] | None = None,
     client_timeout: float | None = None,
     cut: bool = False,
+    calls: int = 1,
 ) -> None:
     """One conversation under ``test_id``; returns once its terminal is in ``log``."""
     sent = {"x-test-id": test_id, **(headers or {})}
     if provider:
         sent["x-scenario-provider"] = provider
+    if calls != 1:
+        sent["x-scenario-calls"] = str(calls)
     if llm_timeout is not None:
         sent["x-scenario-llm-timeout"] = str(llm_timeout)
     with httpx.Client(timeout=client_timeout or 30) as client:
