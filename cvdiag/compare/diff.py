@@ -121,6 +121,8 @@ def _side(point: Point | None, story: Story) -> str:
             quiet = f" with no first token after {point.heartbeats} heartbeat(s)"
         return f"{said}ended {facts.get('outcome')}{error} at +{ms(point.at_ms)}{quiet}{count}"
     if point.kind == "request" and point.end:
+        if facts.get("terminal") == "none":
+            return f"had no terminal when the log ended (+{ms(point.at_ms)})"
         if facts.get("terminal") == "aborted":
             cause = facts.get("termination_cause") or facts.get("termination_kind")
             return f"aborted ({cause}) at +{ms(point.at_ms)} after {facts.get('events', 0)} events"

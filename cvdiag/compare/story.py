@@ -67,7 +67,10 @@ class Story:
         self.facts = Facts(test_id)
         self._clock: Clock | None = None
         self._seen: dict[str, int] = {}
-        self._open: dict[str, _Open] = {}  # span id of a beginning -> what is still open
+        # Span id of a beginning -> what is still open: requests and calls apart, so that an
+        # envelope hung under the wrong span (a hand-made log) never ends the other kind.
+        self._requests: dict[str, _Open] = {}
+        self._open: dict[str, _Open] = {}
         self._agents: list[_Open] = []
         self._calls = 0
         self.end_ms = 0.0
@@ -95,13 +98,13 @@ class Story:
         elif boundary in TERMINALS:
             self._end_request(parent, at, boundary, meta, env)
         elif boundary == "backend.sse.event":
-            held = self._open.get(parent or "")
+            held = self._requests.get(parent or "")
             if held is not None:
                 held.event_count += 1
                 if len(held.events) < EVENTS_KEPT:
                     held.events.append(str(meta.get("event_type")))
         elif boundary == "backend.sse.first_byte":
-            held = self._open.get(parent or "")
+            held = self._requests.get(parent or "")
             if held is not None:  # compared on the request's end: its absence is an outcome
                 held.first_byte_ms = at - held.begin.at_ms
         elif boundary == "backend.agent.enter":
@@ -113,7 +116,7 @@ class Story:
         elif boundary == "backend.llm.call.start":
             self._begin_call(span, parent, at, meta)
         elif boundary == "backend.llm.call.heartbeat":
-            held = self._open.get(parent or "")
+            held = self._call(parent, pop=False)
             if held is not None:
                 held.begin.heartbeats += 1
                 held.begin.waited_ms = number(meta.get("elapsed_ms_since_start"))
@@ -139,7 +142,7 @@ class Story:
         what = f"{str(meta.get('method'))[:16]} {str(meta.get('path'))[:200]}"
         begin = self._point("request", what, f"ingress {what}", at)
         begin.facts["edge_headers"] = edge_headers(env)
-        self._open[span] = _Open(begin, span, None)
+        self._requests[span] = _Open(begin, span, None)
 
     def _end_request(
         self,
@@ -149,7 +152,7 @@ class Story:
         meta: dict[str, Any],
         env: dict[str, Any],
     ) -> None:
-        held = self._open.pop(parent or "", None)
+        held = self._requests.pop(parent or "", None)
         if held is None:  # no ingress (the default tier): the terminal begins its request too
             held = _Open(self._point("request", "?", "a request", at), "", None)
         end = Point(held.begin.key + " end", "request", True, held.begin.label, at)
@@ -205,7 +208,7 @@ class Story:
     def _end_call(
         self, parent: str | None, at: float, meta: dict[str, Any], env: dict[str, Any]
     ) -> None:
-        held = self._open.pop(parent or "", None)
+        held = self._call(parent, pop=True)
         if held is None:
             return
         end = Point(held.begin.key + " end", "llm", True, held.begin.label, at)
@@ -225,16 +228,31 @@ class Story:
             end.timings["latency_ms"] = latency
         self.points.append(end)
 
+    def _call(self, parent: str | None, *, pop: bool) -> _Open | None:
+        """The open call ``parent`` names; else the latest call still open (a log that hangs a
+        call's heartbeats and answer under its request)."""
+        key = parent or ""
+        if key not in self._open:
+            if not self._open:
+                return None
+            key = next(reversed(self._open))
+        return self._open.pop(key) if pop else self._open[key]
+
     def finish(self, *, first_token_timeout: float) -> Story:
-        """The calls still waiting become points at the story's end; the class is decided."""
-        for held in list(self._open.values()):
-            if held.begin.kind == "llm":
-                end = Point(held.begin.key + " end", "llm", True, held.begin.label, self.end_ms)
-                end.facts["outcome"] = "no answer"
-                end.heartbeats = held.begin.heartbeats
-                end.waited_ms = held.begin.waited_ms
-                self.points.append(end)
+        """The calls still waiting and the requests with no terminal become points at the
+        story's end; the class is decided."""
+        for held in self._open.values():
+            end = Point(held.begin.key + " end", "llm", True, held.begin.label, self.end_ms)
+            end.facts["outcome"] = "no answer"
+            end.heartbeats = held.begin.heartbeats
+            end.waited_ms = held.begin.waited_ms
+            self.points.append(end)
+        for held in self._requests.values():
+            end = Point(held.begin.key + " end", "request", True, held.begin.label, self.end_ms)
+            end.facts.update(terminal="none", events=held.event_count)
+            self.points.append(end)
         self._open.clear()
+        self._requests.clear()
         self.points.sort(key=_at)
         self.verdict = classify(self.facts, first_token_timeout=first_token_timeout)
         return self
