@@ -9,7 +9,7 @@ story into bars; ``page`` and ``detail`` write the HTML, escaping every value fr
 its context (``markup``); ``assets/`` holds the page's style and script, inlined and allowed by
 their hashes in the page's Content-Security-Policy.
 
-May import: cvdiag.analysis, cvdiag.core, cvdiag.runs, cvdiag.schema.
+May import: cvdiag.analysis, cvdiag.compare, cvdiag.core, cvdiag.runs, cvdiag.schema.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from cvdiag.analysis.reading import (
 )
 from cvdiag.analysis.rows import Rows
 from cvdiag.analysis.shape import shape_problem
+from cvdiag.compare.diff import Comparison
 from cvdiag.report.story import Story
 from cvdiag.runs.cases import Case
 
@@ -74,6 +75,8 @@ class Report:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: The run's tests (from pytest or JUnit files): the page counts them by outcome.
     cases: list[Case] = dataclasses.field(default_factory=list)
+    #: A drawn failure's comparison with a passing attempt of its test, by its test id.
+    comparisons: dict[str, Comparison] = dataclasses.field(default_factory=dict)
 
 
 def gather(
