@@ -4,13 +4,16 @@ parser module hands in (kept apart so that module stays under its size cap)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import TypeVar
 
 from cvdiag.cli.values import seconds
 
-P = TypeVar("P", bound=argparse.ArgumentParser)
-Add = Callable[..., None]
+TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    P = TypeVar("P", bound=argparse.ArgumentParser)
+    Add = Callable[..., None]
 
 
 def _junit(parser: argparse.ArgumentParser, what: str) -> None:
