@@ -38,10 +38,10 @@ def ended_well(story: Story) -> bool:
     """Without JUnit, whether an attempt passed: each request answered in full (HTTP below
     400) and each LLM call answered. Not the class alone: a proxy in the path of a request
     that completed is a class (``edge-interference``), not a failure of the test."""
-    if story.flap_class == "healthy":
-        return True
     ends = [p for p in story.points if p.end and p.kind in ("request", "llm")]
-    return bool(ends) and all(_good(p.facts) for p in ends)
+    if ends:
+        return all(_good(p.facts) for p in ends)
+    return story.flap_class == "healthy"  # no request or call to judge by: the class decides
 
 
 def _good(facts: dict[str, Any]) -> bool:
@@ -176,11 +176,12 @@ def by_test(
             continue  # a story no test of the JUnit files forwarded: a page load, a health check
         name, passed = named if named is not None else (stable_part(story.test_id), None)
         facts, provider, first_token = facts_of(story)
+        passed = passed if passed is not None else ended_well(story)
         attempt = Attempt(
             story.test_id,
             run,
-            passed if passed is not None else ended_well(story),
-            story.flap_class,
+            passed,
+            "healthy" if passed else story.flap_class,  # a pass's class is never shown
             facts,
             provider,
             first_token,

@@ -75,7 +75,10 @@ class Story:
         self._calls = 0
         self.end_ms = 0.0
         self.client_left_ms: float | None = None
-        self.verdict: Verdict | None = None
+        self._verdict: Verdict | None = None
+        #: Set by ``finish``: the class is decided when first asked for (``flakes`` asks only
+        #: for the failures': classifying is most of its time).
+        self.first_token_timeout: float | None = None
         #: (agent turn's span, fingerprint) -> LLM calls that sent it.
         self.repeats: dict[tuple[str, str], int] = {}
 
@@ -254,8 +257,18 @@ class Story:
         self._open.clear()
         self._requests.clear()
         self.points.sort(key=_at)
-        self.verdict = classify(self.facts, first_token_timeout=first_token_timeout)
+        self.first_token_timeout = first_token_timeout
         return self
+
+    @property
+    def finished(self) -> bool:
+        return self.first_token_timeout is not None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        if self._verdict is None and self.first_token_timeout is not None:
+            self._verdict = classify(self.facts, first_token_timeout=self.first_token_timeout)
+        return self._verdict
 
     def loops(self) -> list[tuple[str, int]]:
         """Fingerprints sent more than once within one agent turn, with how often: a possible
@@ -264,7 +277,8 @@ class Story:
 
     @property
     def flap_class(self) -> str:
-        return self.verdict.flap_class if self.verdict is not None else "unknown"
+        verdict = self.verdict
+        return verdict.flap_class if verdict is not None else "unknown"
 
 
 def _at(point: Point) -> float:

@@ -72,7 +72,7 @@ def comparisons(
         if not (one.facts.count and two.facts.count):
             continue
         for story in (one, two):
-            if story.verdict is None:  # a passing attempt may stand beside several failures
+            if not story.finished:  # a passing attempt may stand beside several failures
                 story.finish(first_token_timeout=first_token_timeout)
         found[failed] = compare(one, two)
     return found
