@@ -50,7 +50,7 @@ def read_story(wanted: Wanted, first_token_timeout: float) -> Story:
         for record in merged(inputs, malformed, test_id=test_id):
             story.add(record)
     malformed.finish()
-    if not story.facts.count:
+    if not story.count:
         raise Failure(f"no envelope with test id {test_id} in {', '.join(files)}", NOTHING)
     return story.finish(first_token_timeout=first_token_timeout)
 

@@ -8,16 +8,16 @@ from collections.abc import Iterator
 
 import orjson
 
-from cvdiag.analysis.reading import Inputs, records
+from cvdiag.analysis.reading import Inputs, Malformed, records
 from cvdiag.cli.output import NOTHING, OK, USAGE, Failure, Malformations, Output
-from cvdiag.compare.flakes import Test, by_test
+from cvdiag.compare.flakes import Test, by_test, ended_well
 from cvdiag.compare.story import Story
 
 
 def flakes(args: argparse.Namespace) -> int:
     names = _junit(args.junit) if args.junit else None
     malformed = Malformations("flakes")
-    tests = by_test(_stories(args, malformed), names=names)
+    tests = by_test(_stories(args, malformed, names), names=names)
     malformed.finish()
     if not tests:
         raise Failure("no test's story in the logs given", NOTHING)
@@ -31,9 +31,12 @@ def flakes(args: argparse.Namespace) -> int:
     return OK
 
 
-def _stories(args: argparse.Namespace, malformed: Malformations) -> Iterator[tuple[str, Story]]:
+def _stories(
+    args: argparse.Namespace, malformed: Malformations, names: dict[str, tuple[str, bool]] | None
+) -> Iterator[tuple[str, Story]]:
     """Each log's stories, one log at a time: a run's test ids are its own (the same id in two
-    logs is two attempts)."""
+    logs is two attempts). The classifier's facts are gathered only for the failures, in a
+    second read of their lines: a pass's class is never shown."""
     for name in args.files:
         stories: dict[str, Story] = {}
         with Inputs([name]) as inputs:
@@ -43,11 +46,37 @@ def _stories(args: argparse.Namespace, malformed: Malformations) -> Iterator[tup
                     test_id = record.envelope["test_id"]
                     story = stories.get(test_id)
                     if story is None:
-                        story = stories[test_id] = Story(test_id)
+                        story = stories[test_id] = Story(test_id, gather_facts=False)
                     story.add(record)
         for story in stories.values():
-            if story.facts.count:
-                yield name, story.finish(first_token_timeout=args.first_token_timeout)
+            story.finish(first_token_timeout=args.first_token_timeout)
+        failing = frozenset(i for i, story in stories.items() if not _passed(story, names))
+        if failing:
+            _gather(name, failing, stories)
+        for story in stories.values():
+            if story.count:
+                yield name, story
+
+
+def _passed(story: Story, names: dict[str, tuple[str, bool]] | None) -> bool:
+    if names is None:
+        return ended_well(story)
+    named = names.get(story.test_id)
+    return named is None or named[1]  # a story no test forwarded is not counted
+
+
+def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> None:
+    """The classifier's facts of the failing stories, from their lines read again."""
+    with Inputs([name]) as inputs:
+        for item in inputs:
+            item.numbered = False
+            for record in records(item, _ignored, test_id=failing):
+                if not record.envelope["boundary"].startswith("cvdiag."):
+                    stories[record.envelope["test_id"]].facts.add(record)
+
+
+def _ignored(problem: Malformed) -> None:
+    pass  # the first read reported it
 
 
 def _junit(paths: list[str]) -> dict[str, tuple[str, bool]]:

@@ -56,14 +56,7 @@ class Comparison:
 
 def compare(a: Story, b: Story, *, threshold_ms: float = DEFAULT_THRESHOLD_MS) -> Comparison:
     """``a`` and ``b`` (finished) compared; ``a`` is the one to read as the reference (a pass)."""
-    by_key_b = {p.key: p for p in b.points}
-    keys_a = {p.key for p in a.points}
-    pairs: list[tuple[float, Point | None, Point | None]] = []
-    for point in a.points:
-        other = by_key_b.get(point.key)
-        pairs.append((min(point.at_ms, other.at_ms) if other else point.at_ms, point, other))
-    pairs += [(p.at_ms, None, p) for p in b.points if p.key not in keys_a]
-    pairs.sort(key=lambda pair: pair[0])
+    pairs = _aligned(a.points, b.points)
     differences: list[Difference] = []
     if a.flap_class != b.flap_class:
         differences.append(Difference(0.0, "story", "class", a.flap_class, b.flap_class))
@@ -81,6 +74,46 @@ def compare(a: Story, b: Story, *, threshold_ms: float = DEFAULT_THRESHOLD_MS) -
     return Comparison(a, b, shared, split, differences)
 
 
+def _same(one: object, two: object) -> bool:
+    """Equal, a NaN included (a hand-made story's value: JSON has none)."""
+    return one == two or (one != one and two != two)
+
+
+def _aligned(one: list[Point], two: list[Point]) -> list[tuple[float, Point | None, Point | None]]:
+    """The points of both stories in the order the stories tell them, matched by key.
+
+    Walked side by side rather than sorted by time: a point only one story has comes where that
+    story has it (a second LLM call before its request's end), even when the other story had
+    already ended by then on the clock. Where the two orders cross, the earlier point goes first.
+    """
+    in_two = {p.key: p for p in two}
+    in_one = {p.key: p for p in one}
+    done: set[str] = set()
+    pairs: list[tuple[float, Point | None, Point | None]] = []
+    i = j = 0
+    while i < len(one) or j < len(two):
+        left = one[i] if i < len(one) else None
+        right = two[j] if j < len(two) else None
+        if left is not None and left.key in done:
+            i += 1
+        elif right is not None and right.key in done:
+            j += 1
+        elif left is not None and (left.key not in in_two or right is None):
+            pairs.append((left.at_ms, left, in_two.get(left.key)))
+            done.add(left.key)
+            i += 1
+        elif right is not None and (right.key not in in_one or left is None):
+            pairs.append((right.at_ms, in_one.get(right.key), right))
+            done.add(right.key)
+            j += 1
+        elif left is not None and right is not None:
+            first = left if left.key == right.key or left.at_ms <= right.at_ms else right
+            mate_one, mate_two = in_one[first.key], in_two[first.key]
+            pairs.append((min(mate_one.at_ms, mate_two.at_ms), mate_one, mate_two))
+            done.add(first.key)
+    return pairs
+
+
 def _differences(
     at: float, left: Point | None, right: Point | None, threshold_ms: float
 ) -> list[Difference]:
@@ -91,12 +124,12 @@ def _differences(
     found = [
         Difference(at, left.key, key, left.facts.get(key), right.facts.get(key))
         for key in dict.fromkeys([*left.facts, *right.facts])
-        if left.facts.get(key) != right.facts.get(key)
+        if not _same(left.facts.get(key), right.facts.get(key))
     ]
     for key in dict.fromkeys([*left.timings, *right.timings]):
         one, two = left.timings.get(key), right.timings.get(key)
         beyond = one is None or two is None or abs(one - two) > threshold_ms
-        if beyond and one != two:
+        if beyond and not _same(one, two):
             found.append(Difference(at, left.key, key, one, two))
     return found
 

@@ -69,7 +69,7 @@ def comparisons(
     found: dict[str, Comparison] = {}
     for failed, passed in pairs.items():
         one, two = stories[passed], stories[failed]
-        if not (one.facts.count and two.facts.count):
+        if not (one.count and two.count):
             continue
         for story in (one, two):
             if not story.finished:  # a passing attempt may stand beside several failures
