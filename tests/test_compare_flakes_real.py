@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cvdiag.compare.flakes import stable_part
+from tests.support import junit
 from tests.support.cli import cvdiag
 from tests.support.scenarios import backend, renamed, run
 
@@ -96,3 +97,25 @@ def test_one_log_with_many_attempts_is_read_as_well(runs: list[Path], tmp_path: 
 )  # fmt: skip
 def test_the_stable_part_drops_the_run_number(test_id: str, stable: str) -> None:
     assert stable_part(test_id) == stable
+
+
+def test_junit_names_the_tests_and_says_which_attempts_passed(
+    runs: list[Path], tmp_path: Path
+) -> None:
+    # One JUnit file per run: a flaky run (failed, then passed on a retry that forwarded the
+    # search story's id) where the log failed, a plain pass elsewhere. The JUnit outcome decides,
+    # and stories no test forwarded are left out.
+    files = []
+    for number in range(RUNS):
+        chat, search = f"d4-chat-run{number}", f"d4-search-run{number}"
+        if number in FAILING:
+            case = ("chat streams", "passed", [search], [("flakyFailure", chat)])
+        else:
+            case = ("chat streams", "passed", [chat], [])
+        files.append(str(junit.playwright(tmp_path / f"results-{number}.xml", [case])))
+    done = cvdiag("flakes", *map(str, runs), "--json", "--junit", *files)
+    assert done.returncode == 0, done.stderr
+    [test] = json.loads(done.stdout)
+    assert test["test"] == "chat.spec.ts::chat streams"
+    assert (test["attempts"], test["failures"]) == (RUNS + len(FAILING), len(FAILING))
+    assert test["separating_facts"][0]["fact"] == "via: 1.1 squid"
