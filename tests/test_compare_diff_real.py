@@ -58,6 +58,9 @@ def test_a_stalled_provider_splits_at_the_llm_call(log: Path) -> None:
     found = {(d["where"], d["what"]) for d in result["differences"]}
     assert ("llm 1 openai/gpt-4o-mini #1 end", "error_class") in found
     assert ("request POST /chat #1 end", "event_names") in found
+    # SSE events are compared by position and name: the first that differs is shown.
+    [events] = [d for d in result["differences"] if d["what"] == "event_names"]
+    assert (events["a"], events["b"]) == ("#0 TEXT_MESSAGE_CONTENT", "#0 RUN_ERROR")
 
 
 def test_a_changed_prompt_is_named_at_the_call_it_went_to(log: Path) -> None:

@@ -74,6 +74,23 @@ def compare(a: Story, b: Story, *, threshold_ms: float = DEFAULT_THRESHOLD_MS) -
     return Comparison(a, b, shared, split, differences)
 
 
+def _shown(key: str, one: Any, two: Any) -> tuple[Any, Any]:
+    """A difference's two values as shown: SSE events by the first position where their names
+    differ (``#3 TEXT_MESSAGE_CONTENT`` against ``#3 RUN_ERROR``, or ``-`` past one's end)."""
+    if key != "event_names":
+        return one, two
+    names_one = one if isinstance(one, list) else []
+    names_two = two if isinstance(two, list) else []
+    at = next(
+        (i for i, pair in enumerate(zip(names_one, names_two, strict=False)) if pair[0] != pair[1]),
+        min(len(names_one), len(names_two)),
+    )
+    return (
+        f"#{at} {names_one[at]}" if at < len(names_one) else None,
+        f"#{at} {names_two[at]}" if at < len(names_two) else None,
+    )
+
+
 def _same(one: object, two: object) -> bool:
     """Equal, a NaN included (a hand-made story's value: JSON has none)."""
     return one == two or (one != one and two != two)
@@ -122,7 +139,7 @@ def _differences(
         assert there is not None
         return [Difference(at, there.key, "only in one", left is not None, right is not None)]
     found = [
-        Difference(at, left.key, key, left.facts.get(key), right.facts.get(key))
+        Difference(at, left.key, key, *_shown(key, left.facts.get(key), right.facts.get(key)))
         for key in dict.fromkeys([*left.facts, *right.facts])
         if not _same(left.facts.get(key), right.facts.get(key))
     ]
