@@ -95,6 +95,14 @@ def test_stories_can_be_named_log_hash_id(log: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_stories_can_be_named_id_then_log(log: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.log"
+    other.write_bytes(log.read_bytes())
+    done = cvdiag("diff", "pass-1", str(log), "stall", str(other), "--json")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["b"]["test_id"] == "stall"
+
+
 def test_the_threshold_decides_what_timing_is_noise(log: Path) -> None:
     code, result = diff(log, "pass-1", "pass-2", "--threshold-ms", "0.001")
     strict = {d["what"] for d in result["differences"]}
