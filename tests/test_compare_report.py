@@ -63,3 +63,26 @@ def test_runs_of_one_test_are_paired_by_the_stable_part_of_their_ids(
     assert SPLIT in text
     # A healthy story is never compared: only failures get the block.
     assert text.count('<div class="compared">') == 1
+
+
+def test_given_several_runs_the_flakiest_test_is_listed_first(log: Path, tmp_path: Path) -> None:
+    # Three runs' JUnit files: "search" failed in one, "chat" in two; each names a test id of
+    # the log so every entry links to a real story.
+    outcomes = {"chat": ["failed", "failed", "passed"], "search": ["failed", "passed", "passed"]}
+    files = []
+    for run_number in range(3):
+        cases: list[tuple[str, str, list[str], list[tuple[str, str]]]] = [
+            (
+                name,
+                runs[run_number],
+                ["chat-run2" if runs[run_number] == "failed" else "t-pass"],
+                [],
+            )
+            for name, runs in sorted(outcomes.items(), reverse=True)  # search first in the file
+        ]
+        files.append(str(junit.playwright(tmp_path / f"r{run_number}.xml", cases)))
+    text = page(tmp_path, str(log), "--junit", *files)
+    tests = text[text.index("Tests") :]
+    assert tests.index("chat.spec.ts::chat") < tests.index("chat.spec.ts::search")
+    assert "failed in 2 of 3 runs" in tests
+    assert "failed in 1 of 3 runs" in tests
