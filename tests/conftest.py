@@ -69,6 +69,11 @@ SLOW = (
     "tests/test_cli_tail_live.py",
     "tests/test_cli_truths.py",
     "tests/test_cli_usability.py",
+    "tests/test_compare_diff_real.py",  # a real backend and fake provider, then the command
+    "tests/test_compare_fingerprint.py",  # real SDKs against the fake provider
+    "tests/test_compare_flakes_real.py",
+    "tests/test_compare_hostile.py",  # the command per case
+    "tests/test_compare_report.py",
     "tests/test_docs_snippets.py",
     "tests/test_error_order.py",
     "tests/test_examples.py",
