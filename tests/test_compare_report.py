@@ -48,6 +48,10 @@ def test_a_flaky_tests_failed_attempt_is_compared_with_its_retry(log: Path, tmp_
     assert "Compared with a passing attempt: t-pass" in text
     assert SPLIT in text
     assert "the client left at +" in text
+    # The split marked on both waterfalls: the failure's and its drawn passing attempt's.
+    raw = (tmp_path / "page.html").read_text()
+    assert raw.count('class="m m-split"') == 2
+    assert "first split from t-pass: at LLM openai/gpt-4o-mini" in html.unescape(raw)
     # The same pair from the command line, by the test's name.
     done = cvdiag("diff", "chat streams", str(log), "--json", "--junit", str(xml))
     assert done.returncode == 1, done.stderr

@@ -37,6 +37,9 @@ class Comparison:
     shared: list[str]
     split: str | None
     differences: list[Difference]
+    #: When the first split happened in each story (ms from its first envelope; None where the
+    #: story has no such point): where a waterfall marks it.
+    split_at: tuple[float | None, float | None] = (None, None)
 
     @property
     def same(self) -> bool:
@@ -62,16 +65,22 @@ def compare(a: Story, b: Story, *, threshold_ms: float = DEFAULT_THRESHOLD_MS) -
         differences.append(Difference(0.0, "story", "class", a.flap_class, b.flap_class))
     shared: list[str] = []
     split: str | None = None
+    split_at: tuple[float | None, float | None] = (None, None)
     for at, left, right in pairs:
         found = _differences(at, left, right, threshold_ms)
         if found and split is None:
             split = _split_sentence(left, right, found, a, b)
+            split_at = (_at(left), _at(right))
         if not found and split is None and left is not None and not left.end:
             shared.append(left.label)
         differences += found
     if split is None and differences:
         split = f"the class differs: {a.flap_class} against {b.flap_class}"
-    return Comparison(a, b, shared, split, differences)
+    return Comparison(a, b, shared, split, differences, split_at)
+
+
+def _at(point: Point | None) -> float | None:
+    return None if point is None else point.at_ms
 
 
 def _shown(key: str, one: Any, two: Any) -> tuple[Any, Any]:

@@ -17,7 +17,8 @@ from cvdiag.compare.diff import Comparison, compare
 from cvdiag.compare.flakes import stable_part
 from cvdiag.compare.story import Story
 from cvdiag.report.gather import Report
-from cvdiag.report.markup import WIDEST, text
+from cvdiag.report.lanes import Mark, Waterfall
+from cvdiag.report.markup import WIDEST, cut, text
 from cvdiag.runs import Case
 
 #: Differences a section lists under the first split.
@@ -93,6 +94,19 @@ def attach(
 
 def _ignored(problem: Malformed) -> None:
     pass  # the first read reported the malformed lines
+
+
+def mark(drawn: Waterfall, test_id: str, compared: Iterable[Comparison]) -> None:
+    """The first split on ``test_id``'s waterfall, as the failure or as a passing attempt beside
+    one: a mark on its top lane at the moment its story split from the other's."""
+    for result in compared:
+        for story, at in ((result.a, result.split_at[0]), (result.b, result.split_at[1])):
+            if story.test_id != test_id or at is None or not drawn.lanes:
+                continue
+            other = result.b if story is result.a else result.a
+            label = f"first split from {cut(other.test_id, 128)}: {cut(result.split or '', 300)}"
+            drawn.lanes[0].marks.insert(0, Mark(at, "split", label))
+            return
 
 
 def block(result: Comparison, anchor: Callable[[str], str | None]) -> str:

@@ -80,10 +80,12 @@ def section(index: int, story: Story, report: Report) -> str:
     if verdict.caveat:
         parts.append(f'<p class="caveat">⚠ {text(verdict.caveat, REASON_SHOWN)}</p>')
     first_bytes = verdict.log_tier != "default"
-    parts.append(waterfall.draw(lanes.build(story, first_bytes=first_bytes)))
+    drawn = lanes.build(story, first_bytes=first_bytes)
     compared = report.comparisons.get(story.test_id)
+    comparison.mark(drawn, story.test_id, report.comparisons.values())
+    parts.append(waterfall.draw(drawn))
     if compared is not None:
-        anchors = {drawn.test_id: f"t{number}" for number, drawn in enumerate(report.stories)}
+        anchors = {other.test_id: f"t{number}" for number, other in enumerate(report.stories)}
         parts.append(comparison.block(compared, anchors.get))
     parts.extend(_evidence(verdict.evidence, verdict.log_tier, verdict.unchecked))
     parts.extend(_table(story))
