@@ -97,6 +97,11 @@ SLOW = (
     "tests/report/test_browser_runs.py",  # a real server's log, then the page in Chromium
     "tests/scrubbing/test_doors.py",
     "tests/sinks/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
+    "tests/compare/test_diff_real.py",  # a real backend and fake provider, then the command
+    "tests/compare/test_fingerprint.py",  # real SDKs against the fake provider
+    "tests/compare/test_flakes_real.py",
+    "tests/compare/test_hostile.py",  # the command per case
+    "tests/compare/test_report.py",
     "tests/showcase_integration/test_showcase_server.py",
     "tests/e2e/test_stories.py",
     "tests/outbound/test_stream_outlives_request.py",

@@ -15,9 +15,11 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
+from cvdiag.cli.compare_arguments import diff_parser, flakes_parser
 from cvdiag.cli.output import UsageError, printed
 from cvdiag.cli.style import COLORS
 from cvdiag.cli.values import (
+    WholeWords,
     boundary,
     count,
     flap_class,
@@ -125,20 +127,12 @@ def _window(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=moment, metavar="T", help="ts < T")
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Option help wrapped between words only: a class name (``edge-interference``) is never
-    cut at its hyphen, so it can be read and copied whole."""
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
 def _command(name: str, summary: str, description: str, examples: str) -> Parser:
     parser = Parser(
         prog=f"cvdiag {name}",
         description=f"{summary}\n\n" + textwrap.fill(" ".join(description.split()), 88),
         epilog=f"example:\n{textwrap.indent(examples.strip(), '  ')}\n\n{EXIT_CODES}",
-        formatter_class=_Formatter,
+        formatter_class=WholeWords,
     )
     _color(parser)
     return parser
@@ -324,6 +318,8 @@ COMMANDS: Final[dict[str, Callable[[], Parser]]] = {
     "stats": _stats,
     "validate": _validate,
     "report": _report,
+    "diff": lambda: diff_parser(_command, _json, _timeout),
+    "flakes": lambda: flakes_parser(_command, _json, _timeout, _files),
     "demo": _demo,
 }
 

@@ -17,6 +17,7 @@ from cvdiag.cli.output import OK, USAGE, Failure, Malformations, OutputError, sa
 from cvdiag.cli.style import Progress
 from cvdiag.logs.reading import STDIN, Inputs
 from cvdiag.report import Report, gather, write
+from cvdiag.report.comparison import attach
 from cvdiag.runs import Case, JUnitError, drawn_ids, headline, labels, read_junit
 
 
@@ -41,6 +42,8 @@ def report(args: argparse.Namespace) -> int:
             watch=watch,
             draw=drawn_ids(cases),
         )
+        # A drawn failure with a passing attempt of its test is compared with it (``diff``).
+        attach(found, files, cases, first_token_timeout=args.first_token_timeout)
     progress.done()
     malformed.finish()
     if not found.test_ids:

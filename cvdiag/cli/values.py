@@ -15,6 +15,7 @@ import datetime
 import fnmatch
 import math
 import re
+import textwrap
 from functools import cache
 
 from cvdiag.diagnosis.classes import CLASSES
@@ -143,3 +144,11 @@ def boundary(value: str) -> str:
             f"{value!r} names no boundary (e.g. backend.request.ingress, backend.llm.*)"
         )
     return text
+
+
+class WholeWords(argparse.RawDescriptionHelpFormatter):
+    """Option help wrapped between words only: a class name (``edge-interference``) is never
+    cut at its hyphen, so it can be read and copied whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)

@@ -3,9 +3,9 @@
 They come from the ``opentelemetry-semantic-conventions`` package (the ``otel`` extra) whenever it
 is installed, so a name the conventions rename cannot silently drift here. Without that package
 (only ``opentelemetry-api``, a runtime dependency) the bridge still works: each name then falls
-back to the string the conventions define today, and ``tests/test_conventions.py`` checks every
-fallback against the installed package, so the two cannot disagree unnoticed. A name missing
-from an older package version falls back one by one, the same way.
+back to the string the conventions define today, and ``tests/otel/test_genai_conventions.py``
+checks every fallback against the installed package, so the two cannot disagree unnoticed. A
+name missing from an older package version falls back one by one, the same way.
 
 The GenAI names live in the package's ``_incubating`` modules (the GenAI conventions are still in
 development); that is where the package publishes them, so that is where they are read from.

@@ -3,7 +3,8 @@
 The host decides the provider when it is known (with its port first, for local fakes and
 proxies; then without; then by suffix); else the path ending assumes one. The path ending also
 decides the operation (``ENDPOINTS``). The request body is parsed only for its model, whether it
-streams, and a length-based prompt token estimate: nothing of the prompt is kept.
+streams, a length-based prompt token estimate and a fingerprint (a short hash,
+``fingerprint.py``): nothing of the prompt is kept.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Final
 import orjson
 
 from cvdiag.providers.catalog import CUSTOM_ENDPOINT, DEFAULT_LLM_HOSTS, ENDPOINTS, Endpoint
+from cvdiag.providers.fingerprint import fingerprint
 
 #: Request bodies are parsed only up to this size.
 BODY_PARSE_MAX: Final = 1024 * 1024
@@ -93,6 +95,8 @@ class RequestFacts:
     streaming: bool
     server_address: str | None
     server_port: int | None
+    #: ``fingerprint.fingerprint`` of the body, when it was a JSON object (no prompt text).
+    fingerprint: str | None = None
 
 
 def _text_chars(value: object, depth: int = 0) -> int:
@@ -112,6 +116,7 @@ def describe_request(request: Any, endpoint: Endpoint) -> tuple[str, int, Reques
     """The model named in ``request``, a prompt token estimate (~4 characters a token) and the
     request's facts. ``request`` is an httpx or httpx2 ``Request``."""
     model: object = None
+    parsed: object = None
     estimate = 0
     streaming = endpoint.streams
     try:
@@ -141,5 +146,6 @@ def describe_request(request: Any, endpoint: Endpoint) -> tuple[str, int, Reques
         streaming=streaming,
         server_address=str(url.host) or None,
         server_port=port,
+        fingerprint=fingerprint(parsed, model) if isinstance(parsed, dict) else None,
     )
     return model[:_MODEL_MAX], estimate, facts

@@ -30,12 +30,33 @@ ORDER: Final = {"failed": 0, "flaky": 1, "passed": 2, "skipped": 3}
 _ID_MAX: Final = 200 + WIDEST * 2 * ID_SHOWN
 #: The most one test's entry takes, whatever its runner wrote.
 CASE_MAX: Final = (
-    600 + WIDEST * NAME_SHOWN + ATTEMPTS_MAX * (200 + WIDEST * FAILURE_MAX + IDS_MAX * _ID_MAX)
+    700 + WIDEST * NAME_SHOWN + ATTEMPTS_MAX * (200 + WIDEST * FAILURE_MAX + IDS_MAX * _ID_MAX)
 )
 
 
 def ordered(cases: Sequence[Case]) -> list[Case]:
-    return sorted(cases, key=lambda case: ORDER.get(case.outcome, 4))
+    """What needs reading first: failed, flaky, passed, skipped. Given several runs (a test
+    named in more than one JUnit file), the flakiest test first, its runs together."""
+    rates = flake_rates(cases)
+    if all(runs == 1 for _, runs in rates.values()):
+        return sorted(cases, key=lambda case: ORDER.get(case.outcome, 4))
+    return sorted(
+        cases,
+        key=lambda case: (
+            -rates[case.name][0] / rates[case.name][1],
+            case.name,
+            ORDER.get(case.outcome, 4),
+        ),
+    )
+
+
+def flake_rates(cases: Sequence[Case]) -> dict[str, tuple[int, int]]:
+    """Per test name: the runs in which it failed or was flaky, and the runs it is in."""
+    rates: dict[str, tuple[int, int]] = {}
+    for case in cases:
+        failing, runs = rates.get(case.name, (0, 0))
+        rates[case.name] = (failing + (case.outcome in ("failed", "flaky")), runs + 1)
+    return rates
 
 
 def render(report: Report) -> Iterator[str]:
@@ -50,20 +71,27 @@ def render(report: Report) -> Iterator[str]:
     if not cases:
         yield '<p class="note">no test failed</p>\n'
     yield '<ol class="cases">\n'
+    rates = flake_rates(report.cases)
     for case in cases[:MAX_CASES]:
-        yield _case(case, anchors, classes)
+        yield _case(case, anchors, classes, rates[case.name])
     yield "</ol>\n"
     if len(cases) > MAX_CASES:
         yield f'<p class="note">{len(cases) - MAX_CASES} more test(s) not listed</p>\n'
     yield "</section>\n"
 
 
-def _case(case: Case, anchors: dict[str, int], classes: dict[str, str]) -> str:
+def _case(
+    case: Case, anchors: dict[str, int], classes: dict[str, str], rate: tuple[int, int]
+) -> str:
     outcome = case.outcome
+    failing, runs = rate
+    runs_shown = (
+        f' <small class="rate">failed in {failing} of {runs} runs</small>' if runs > 1 else ""
+    )
     parts = [
         f"<li{attr('class', f'case o-{outcome}')}{attr('data-outcome', outcome)}>"
         f'<p class="case-head"><b class="outcome">{text(outcome)}</b>'
-        f' <span class="name">{text(case.name, NAME_SHOWN)}</span></p>'
+        f' <span class="name">{text(case.name, NAME_SHOWN)}</span>{runs_shown}</p>'
     ]
     whole = outcome in ("failed", "flaky")
     several = len(case.attempts) > 1

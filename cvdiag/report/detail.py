@@ -17,7 +17,7 @@ import orjson
 
 from cvdiag.diagnosis.classify import facts_shown
 from cvdiag.diagnosis.describe import describe
-from cvdiag.report import lanes, waterfall
+from cvdiag.report import comparison, lanes, waterfall
 from cvdiag.report.markup import WIDEST, attr, text
 from cvdiag.report.story import HEAD, JSON_BUDGET, JSON_CAP, KEEP, REPEATING, TAIL, Row, Story
 from cvdiag.report.style import badge
@@ -54,7 +54,13 @@ EVIDENCE_MAX: Final = (
 )
 #: The most one section takes, whatever its log holds.
 SECTION_MAX: Final = (
-    HEADER_MAX + waterfall.MAX_SIZE + EVIDENCE_MAX + TABLE_ROWS * ROW_MAX + JSON_BUDGET + 1000
+    HEADER_MAX
+    + waterfall.MAX_SIZE
+    + EVIDENCE_MAX
+    + TABLE_ROWS * ROW_MAX
+    + JSON_BUDGET
+    + comparison.BLOCK_MAX
+    + 1000
 )
 
 
@@ -74,7 +80,13 @@ def section(index: int, story: Story, report: Report) -> str:
     if verdict.caveat:
         parts.append(f'<p class="caveat">⚠ {text(verdict.caveat, REASON_SHOWN)}</p>')
     first_bytes = verdict.log_tier != "default"
-    parts.append(waterfall.draw(lanes.build(story, first_bytes=first_bytes)))
+    drawn = lanes.build(story, first_bytes=first_bytes)
+    compared = report.comparisons.get(story.test_id)
+    comparison.mark(drawn, story.test_id, report.comparisons.values())
+    parts.append(waterfall.draw(drawn))
+    if compared is not None:
+        anchors = {other.test_id: f"t{number}" for number, other in enumerate(report.stories)}
+        parts.append(comparison.block(compared, anchors.get))
     parts.extend(_evidence(verdict.evidence, verdict.log_tier, verdict.unchecked))
     parts.extend(_table(story))
     parts.append("</section>\n")

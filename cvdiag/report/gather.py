@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import orjson
 
+from cvdiag.compare.diff import Comparison
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.diagnosis.pertest import PerTestId, reread
 from cvdiag.diagnosis.rows import Rows
@@ -74,6 +75,8 @@ class Report:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: The run's tests (from pytest or JUnit files): the page counts them by outcome.
     cases: list[Case] = dataclasses.field(default_factory=list)
+    #: A drawn failure's comparison with a passing attempt of its test, by its test id.
+    comparisons: dict[str, Comparison] = dataclasses.field(default_factory=dict)
 
 
 def gather(

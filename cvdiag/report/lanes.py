@@ -25,7 +25,8 @@ _AGENT_OUTCOMES: Final = {"ok": "ok", "error": "err", "cancelled": "aborted", "t
 
 @dataclasses.dataclass(slots=True)
 class Mark:
-    """A moment on a lane: ``kind`` is first-byte, complete, aborted, error or other."""
+    """A moment on a lane: ``kind`` is first-byte, complete, aborted, error, split (where a
+    failure split from a passing attempt of its test) or other."""
 
     at: float
     kind: str

@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cvdiag.core.context import _CURRENT, _STATE, RequestContext
 from cvdiag.core.errors import error_class_of, is_timeout
@@ -24,6 +24,9 @@ from cvdiag.scopes.heartbeat import scheduler
 from cvdiag.scopes.run_config import context_and_run, run_metadata
 from cvdiag.scopes.scope import Scope, Tokens, client_left, elapsed_ms
 from cvdiag.sinks.exit_flush import before_exit
+
+if TYPE_CHECKING:
+    from cvdiag.providers import RequestFacts
 
 #: Calls started and not yet ended, so that shutdown can end each with one response.
 _LIVE_CALLS: weakref.WeakSet[LLMCall] = weakref.WeakSet()
@@ -130,6 +133,7 @@ class LLMCall(Scope, CallRecord):
                 "model": self.model,
                 "prompt_token_count_estimate": self.prompt_token_count_estimate,
                 **run_metadata(link),
+                **_fingerprint(self.request_facts),
             },
             context=ctx,
             span_id=span,
@@ -266,6 +270,13 @@ def llm_call(
         prompt_token_count_estimate=prompt_token_count_estimate,
         heartbeat_interval=heartbeat_interval,
     )
+
+
+def _fingerprint(facts: RequestFacts | None) -> dict[str, str]:
+    """``request_fingerprint`` (additive), present only when the transport read the request."""
+    if facts is None or facts.fingerprint is None:
+        return {}
+    return {"request_fingerprint": facts.fingerprint}
 
 
 def current_llm_call() -> LLMCall | None:

@@ -1,0 +1,190 @@
+"""Flake history by cause: per test, its attempts over many runs, the failures by class, and the
+facts that separate the failing attempts from the passing ones.
+
+An attempt is a test id's story (``story.Story``); which test it belongs to comes from JUnit
+(its name) or from the test id's stable part (``d4-chat-run7`` is ``d4-chat``); whether it passed
+from JUnit, else from how its story ended (``ended_well``). A fact is a short ``name=value`` an
+attempt's story shows (a model, an edge header, a fingerprint, a time to first token past the
+slowest pass); one that every failure shows and few passes do is the likely cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Final
+
+from cvdiag.compare.story import Story
+
+#: ``-run7``, ``-attempt-2``, ``-retry1``, ``.r3``, a trailing ``-12``: the part of a test id a
+#: harness changes per run or attempt.
+_RUN_PART: Final = re.compile(r"(?:[-_.](?:run|attempt|retry|try|r)[-_]?\d+|[-_.]\d+)+$")
+#: A fact counts as separating when it is in at least this share of the failures more than of
+#: the passes.
+SEPARATES: Final = 0.5
+#: Facts shown per test.
+FACTS_SHOWN: Final = 5
+#: Edge headers whose values are per request (a ray id): never a shared fact.
+_PER_REQUEST: Final = frozenset({"cf-ray", "x-railway-request-id", "x-hikari-trace", "retry-after"})
+
+
+def _symptom(fact: str) -> bool:
+    return fact.startswith(("provider error=", "first token later than"))
+
+
+def ended_well(story: Story) -> bool:
+    """Without JUnit, whether an attempt passed: each request answered in full (HTTP below
+    400) and each LLM call answered. Not the class alone: a proxy in the path of a request
+    that completed is a class (``edge-interference``), not a failure of the test."""
+    ends = [p for p in story.points if p.end and p.kind in ("request", "llm")]
+    if ends:
+        return all(_good(p.facts) for p in ends)
+    return story.flap_class == "healthy"  # no request or call to judge by: the class decides
+
+
+def _good(facts: dict[str, Any]) -> bool:
+    status = facts.get("http_status")
+    bad_status = isinstance(status, (int, float)) and status >= 400
+    return facts.get("outcome") == "ok" and not bad_status and "error_class" not in facts
+
+
+def stable_part(test_id: str) -> str:
+    """The test a test id names, without its run or attempt number."""
+    return _RUN_PART.sub("", test_id) or test_id
+
+
+@dataclasses.dataclass(slots=True)
+class Attempt:
+    test_id: str
+    run: str
+    passed: bool
+    flap_class: str
+    facts: frozenset[str]
+    provider: str | None
+    first_token: float | None
+
+
+def facts_of(story: Story) -> tuple[frozenset[str], str | None, float | None]:
+    """The facts an attempt's story shows, its first LLM call's provider, its slowest first
+    token (ms; None when it had none)."""
+    found: set[str] = set()
+    provider: str | None = None
+    first_token: float | None = None
+    for point in story.points:
+        if point.kind == "llm" and not point.end:
+            model = point.label.removeprefix("LLM ")
+            found.add(f"model={model}")
+            provider = provider or model.split("/", 1)[0]
+            if "request_fingerprint" in point.facts:
+                found.add(f"fingerprint={point.facts['request_fingerprint']}")
+        elif point.kind == "llm":
+            value = point.timings.get("first_token_ms")
+            if value is not None:
+                first_token = max(first_token or 0.0, value)
+            if point.facts.get("error_class"):
+                found.add(f"provider error={point.facts['error_class']}")
+        headers = point.facts.get("edge_headers")
+        if isinstance(headers, dict):
+            found.update(f"{k}: {v}"[:120] for k, v in headers.items() if k not in _PER_REQUEST)
+    if story.loops():
+        found.add("the same prompt sent again in one agent turn (possible loop)")
+    return frozenset(found), provider, first_token
+
+
+@dataclasses.dataclass(slots=True)
+class Test:
+    name: str
+    attempts: list[Attempt] = dataclasses.field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Attempt]:
+        return [a for a in self.attempts if not a.passed]
+
+    @property
+    def rate(self) -> float:
+        return len(self.failures) / len(self.attempts) if self.attempts else 0.0
+
+    def causes(self) -> list[dict[str, Any]]:
+        """The failures by class (and the provider the first LLM call went to), most first."""
+        counted = Counter((a.flap_class, a.provider) for a in self.failures)
+        return [
+            {"flap_class": flap_class, "provider": provider, "count": count}
+            for (flap_class, provider), count in counted.most_common()
+        ]
+
+    def separating(self) -> list[dict[str, Any]]:
+        """Facts far more common among the failures than among the passes, most telling first."""
+        failures = self.failures
+        passes = [a for a in self.attempts if a.passed]
+        if not failures or not passes:
+            return []
+        slowest = max((a.first_token or 0.0 for a in passes), default=0.0)
+        mark = f"first token later than {slowest:.0f} ms (the slowest pass) or none"
+
+        def shown(attempt: Attempt) -> set[str]:
+            late = attempt.first_token is None or attempt.first_token > slowest
+            return {*attempt.facts, mark} if late else set(attempt.facts)
+
+        counted_f = Counter(f for a in failures for f in shown(a))
+        counted_p = Counter(f for a in passes for f in shown(a))
+        found = []
+        for fact, count in counted_f.items():
+            share_f, share_p = count / len(failures), counted_p[fact] / len(passes)
+            if share_f - share_p >= SEPARATES:
+                found.append((share_f - share_p, share_f, fact, count, counted_p[fact]))
+        # What an attempt was given (an edge header, a model, a prompt) before what happened to
+        # it (a provider error, a late first token): the latter is the failure seen again, the
+        # former what tells the failing attempts apart before they failed.
+        found.sort(key=lambda item: (_symptom(item[2]), -item[0], -item[1], item[2]))
+        return [
+            {
+                "fact": fact,
+                "kind": "symptom" if _symptom(fact) else "input",
+                "failures": f,
+                "of_failures": len(failures),
+                "passes": p,
+                "of_passes": len(passes),
+            }
+            for _, _, fact, f, p in found[:FACTS_SHOWN]
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.name,
+            "attempts": len(self.attempts),
+            "passes": len(self.attempts) - len(self.failures),
+            "failures": len(self.failures),
+            "flake_rate": round(self.rate, 4),
+            "causes": self.causes(),
+            "separating_facts": self.separating(),
+        }
+
+
+def by_test(
+    stories: Iterable[tuple[str, Story]],
+    *,
+    names: dict[str, tuple[str, bool]] | None = None,
+) -> list[Test]:
+    """Each story (with the run it is from) as an attempt of its test; ``names`` maps a test id
+    to its JUnit test and whether that attempt passed. Sorted by flake rate, then failures."""
+    tests: dict[str, Test] = {}
+    for run, story in stories:
+        named = names.get(story.test_id) if names is not None else None
+        if names is not None and named is None:
+            continue  # a story no test of the JUnit files forwarded: a page load, a health check
+        name, passed = named if named is not None else (stable_part(story.test_id), None)
+        facts, provider, first_token = facts_of(story)
+        passed = passed if passed is not None else ended_well(story)
+        attempt = Attempt(
+            story.test_id,
+            run,
+            passed,
+            "healthy" if passed else story.flap_class,  # a pass's class is never shown
+            facts,
+            provider,
+            first_token,
+        )
+        tests.setdefault(name, Test(name)).attempts.append(attempt)
+    return sorted(tests.values(), key=lambda t: (-t.rate, -len(t.failures), t.name))

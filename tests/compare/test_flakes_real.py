@@ -1,0 +1,121 @@
+"""``cvdiag flakes`` over 20 runs with a planted cause.
+
+The real backend (tests/support/scenarios.py) runs each distinct conversation once; the 20 runs'
+logs reuse those real lines under each run's own test id (``renamed``), which keeps the module
+to one server start. Every failure came through the same proxy (``via: 1.1 squid``), one pass
+did too, and the prompts vary in passes and failures alike: the proxy is the cause to name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cvdiag.compare.flakes import stable_part
+from tests.support import junit
+from tests.support.cli import cvdiag
+from tests.support.scenarios import backend, renamed, run
+
+RUNS = 20
+FAILING = {3, 7, 11, 15, 19}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("flakes")
+    recorded = folder / "recorded.log"
+    with backend(recorded) as url:
+        run(url, recorded, "p-day", prompt="plan my day")
+        run(url, recorded, "p-week", prompt="plan my week")
+        run(url, recorded, "p-proxy", prompt="plan my day", headers={"via": "1.1 squid"})
+        for name, prompt in (("f-day", "plan my day"), ("f-week", "plan my week")):
+            run(url, recorded, name, prompt=prompt, headers={"via": "1.1 squid"},
+                provider="stall", client_timeout=0.5)  # fmt: skip
+    logs = []
+    for number in range(RUNS):
+        if number in FAILING:
+            chat = ("f-day", "f-week")[sorted(FAILING).index(number) % 2]
+        else:
+            chat = "p-proxy" if number == 4 else ("p-day" if number % 2 else "p-week")
+        log = folder / f"run-{number:02}.log"
+        log.write_text(
+            renamed(recorded, chat, f"d4-chat-run{number}")
+            + renamed(recorded, "p-day", f"d4-search-run{number}")
+        )
+        logs.append(log)
+    return logs
+
+
+def test_the_planted_cause_is_named_first(runs: list[Path]) -> None:
+    done = cvdiag("flakes", *map(str, runs), "--json")
+    assert done.returncode == 0, done.stderr
+    chat, search = json.loads(done.stdout)
+    assert (chat["test"], chat["attempts"], chat["failures"]) == ("d4-chat", RUNS, len(FAILING))
+    assert (search["test"], search["failures"], search["flake_rate"]) == ("d4-search", 0, 0.0)
+    [cause] = chat["causes"]
+    assert cause["count"] == len(FAILING)
+    assert cause["provider"] == "openai"
+    assert cause["flap_class"] != "healthy"
+    first = chat["separating_facts"][0]
+    assert first == {
+        "fact": "via: 1.1 squid",
+        "kind": "input",
+        "failures": len(FAILING),
+        "of_failures": len(FAILING),
+        "passes": 1,
+        "of_passes": RUNS - len(FAILING),
+    }
+    # The prompts were the same in passes and failures: no fingerprint separates them.
+    assert not any(f["fact"].startswith("fingerprint=") for f in chat["separating_facts"])
+
+
+def test_the_human_listing_puts_the_flakiest_test_first(runs: list[Path]) -> None:
+    done = cvdiag("flakes", *map(str, runs))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("d4-chat ")
+    assert "25%" in lines[1]
+    assert any(
+        "separates: via: 1.1 squid (in 5 of 5 failures, 1 of 15 passes)" in line for line in lines
+    )
+    assert lines[-1].startswith("d4-search ")
+
+
+def test_one_log_with_many_attempts_is_read_as_well(runs: list[Path], tmp_path: Path) -> None:
+    joined = tmp_path / "all.log"
+    joined.write_text("".join(log.read_text() for log in runs))
+    done = cvdiag("flakes", str(joined), "--json")
+    assert json.loads(done.stdout)[0]["failures"] == len(FAILING)
+
+
+@pytest.mark.parametrize(
+    ("test_id", "stable"),
+    [("d4-chat-run7", "d4-chat"), ("chat-attempt-2", "chat"), ("t-42", "t"), ("plain", "plain"),
+     ("d4-x.retry1", "d4-x"), ("123", "123")],
+)  # fmt: skip
+def test_the_stable_part_drops_the_run_number(test_id: str, stable: str) -> None:
+    assert stable_part(test_id) == stable
+
+
+def test_junit_names_the_tests_and_says_which_attempts_passed(
+    runs: list[Path], tmp_path: Path
+) -> None:
+    # One JUnit file per run: a flaky run (failed, then passed on a retry that forwarded the
+    # search story's id) where the log failed, a plain pass elsewhere. The JUnit outcome decides,
+    # and stories no test forwarded are left out.
+    files = []
+    for number in range(RUNS):
+        chat, search = f"d4-chat-run{number}", f"d4-search-run{number}"
+        if number in FAILING:
+            case = ("chat streams", "passed", [search], [("flakyFailure", chat)])
+        else:
+            case = ("chat streams", "passed", [chat], [])
+        files.append(str(junit.playwright(tmp_path / f"results-{number}.xml", [case])))
+    done = cvdiag("flakes", *map(str, runs), "--json", "--junit", *files)
+    assert done.returncode == 0, done.stderr
+    [test] = json.loads(done.stdout)
+    assert test["test"] == "chat.spec.ts::chat streams"
+    assert (test["attempts"], test["failures"]) == (RUNS + len(FAILING), len(FAILING))
+    assert test["separating_facts"][0]["fact"] == "via: 1.1 squid"
