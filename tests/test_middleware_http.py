@@ -298,7 +298,10 @@ async def test_an_abort_accounts_for_every_chunk_sent_before_it(
     sink = cvdiag_events(tier)
     with pytest.raises(RuntimeError):
         await call(CvdiagMiddleware(app), http_scope("/"))
-    aborted = only(list(sink.envelopes), "backend.sse.aborted")["metadata"]
+    terminal = only(list(sink.envelopes), "backend.sse.aborted")
+    aborted = terminal["metadata"]
+    # The stream was never silent longer than it lasted (nothing here waits between chunks).
+    assert 0 <= aborted.pop("silence_ms") <= terminal["duration_ms"]
     assert aborted == {
         "termination_kind": "chunk_error",
         "bytes_before_abort": len(b"".join(events)),
@@ -384,6 +387,7 @@ async def test_cancellation_is_an_abort_not_an_error(cvdiag_events: CvdiagEvents
     with pytest.raises(asyncio.CancelledError):
         await task
     (aborted,) = terminals(list(sink.envelopes))
+    assert 0 <= aborted["metadata"].pop("silence_ms") <= aborted["duration_ms"]
     assert aborted["metadata"] == {
         "termination_kind": "fin_premature",
         "bytes_before_abort": 1,
