@@ -6,7 +6,8 @@ and httptools (``pip install 'uvicorn[standard]'``), asgi-correlation-id, sse-st
 OpenTelemetry SDK and ASGI instrumentation, and Debian's ``wrk``.
 
 Each run starts a fresh server process for one variant (``benchmarks/server_app.py``): one
-uvicorn worker (uvloop, httptools, no access log) pinned to CPU 0, its stdout — where cvdiag's
+uvicorn worker (uvloop, httptools, no access log but in the ``accesslog`` variant) pinned to
+CPU 0, its stdout — where cvdiag's
 lines go — a real file; wrk on CPU 1 (``taskset``; on a one-CPU machine both share it) warms it
 up, then loads one route for ``--seconds``. The figure of record is the server process's own CPU
 time (user + system, from ``/proc/PID/stat``) over the load divided by the requests served: what
@@ -36,7 +37,11 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("bare", "off", "default", "verbose", "debug", "floor", "correlation", "otel")
+VARIANTS = (
+    "bare", "off", "default", "verbose", "debug", "floor", "correlation", "accesslog", "otel"
+)  # fmt: skip
+#: What the access-log variant writes for each request (uvicorn's access format, to stdout).
+ACCESS_LINE = b'HTTP/1.1" 200'
 ROUTES = ("json", "sse", "agent")
 #: The agent route's body: about 2 KB of JSON, as an AG-UI run's input.
 BODY = orjson.dumps(
@@ -71,6 +76,15 @@ def _pin(cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu)]
 
 
+def _logging(variant: str) -> list[str]:
+    """uvicorn's logging for ``variant``: its access log is what every user of uvicorn already
+    pays for one line per request, left on by default (``--log-level info``), to stdout (the
+    same file as cvdiag's lines); every other variant runs without it."""
+    if variant == "accesslog":
+        return ["--log-level", "info"]
+    return ["--no-access-log", "--log-level", "warning"]
+
+
 class Server:
     """One uvicorn worker serving one variant, its stdout a file."""
 
@@ -93,7 +107,7 @@ class Server:
                 *(_pin(0) if wrapper is None else wrapper),
                 sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
                 "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
-                "--no-access-log", "--log-level", "warning",
+                *_logging(variant),
             ]  # fmt: skip
             with open(self.log, "wb") as out:
                 self.process = subprocess.Popen(
@@ -199,11 +213,13 @@ def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) ->
         server.stop()
     if result["non_2xx"]:
         raise SystemExit(f"{variant} /{route}: {result['non_2xx']:g} responses were not 2xx")
-    lines = server.log.read_bytes().count(b"\nCVDIAG ") + server.log.read_bytes().startswith(
-        b"CVDIAG "
-    )
-    if variant in ("default", "verbose", "debug") and lines == 0:
-        raise SystemExit(f"{variant} /{route}: the server wrote no CVDIAG line")
+    log = server.log.read_bytes()
+    if variant == "accesslog":
+        lines = log.count(ACCESS_LINE)
+    else:
+        lines = log.count(b"\nCVDIAG ") + log.startswith(b"CVDIAG ")
+    if variant in ("default", "verbose", "debug", "accesslog") and lines == 0:
+        raise SystemExit(f"{variant} /{route}: the server wrote no line")
     result["lines"] = float(lines)
     # The log holds the warm-up's lines too, and the start check's (``/whoami``).
     result["served"] = warm + result["requests"] + 1

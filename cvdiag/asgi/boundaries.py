@@ -46,6 +46,7 @@ class Boundaries:
         "first_byte_seen",
         "request_lines",
         "send_error",
+        "sent_at",
         "start",
         "started",
         "state",
@@ -68,6 +69,9 @@ class Boundaries:
         self._receive = receive
         self._send = send
         self.start = start
+        #: When the app last handed the server bytes (the head, a body chunk, a message), on
+        #: ``start``'s clock: an aborted terminal's ``silence_ms`` is measured from it.
+        self.sent_at = start
         # Decided once per request: skip building what the tier would drop.
         self.allow_first_byte = allow_first_byte
         self.allow_events = allow_events
@@ -217,8 +221,9 @@ class Boundaries:
         lines = self._lines()
         edge = self.edge  # the request's, and the response's if it had started
         named = self._closing()
+        silence = ms_since(self.sent_at)
         if lines is not None and lines.aborted(
-            termination_kind, self.bytes_sent, cause, duration, edge, named
+            termination_kind, self.bytes_sent, cause, duration, silence, edge, named
         ):
             return
         self.emitter.emit(
@@ -228,6 +233,7 @@ class Boundaries:
                 "termination_kind": termination_kind,
                 "bytes_before_abort": self.bytes_sent,
                 "termination_cause": cause,
+                "silence_ms": silence,
                 **_names(named),
             },
             duration_ms=duration,

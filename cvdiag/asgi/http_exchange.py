@@ -14,8 +14,8 @@ included, goes on as it is: at most cvdiag counts its own failure and goes quiet
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable
+from time import perf_counter
 from typing import Final
 
 from starlette.types import Message
@@ -85,6 +85,8 @@ class HTTPExchange(HTTPResponseSide):
                 and len(held) < _HOLD_CHUNKS
             ):
                 held.append(body)
+                # The one clock read a held chunk costs: the terminal's ``silence_ms``.
+                self.sent_at = perf_counter()
                 return self._send(message)
         else:
             try:
@@ -98,7 +100,7 @@ class HTTPExchange(HTTPResponseSide):
                     self.request_read
                     and self.active
                     and not self.disconnected
-                    and time.perf_counter() - self.start >= PROBE_AFTER_S
+                    and perf_counter() - self.start >= PROBE_AFTER_S
                 ):
                     return self._probed(message)
         return self._send_seen(message)

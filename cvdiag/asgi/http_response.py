@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from time import perf_counter
 from typing import Any, Final
 
 from starlette.types import Message
@@ -108,6 +109,7 @@ class HTTPResponseSide(Exchange):
 
     def _start(self, message: Message) -> None:
         self.started = True
+        self.sent_at = perf_counter()
         self.status = int(message.get("status", 0))
         headers = message.get("headers") or ()
         content_type, encoding, length, edge = response_facts(headers)
@@ -136,6 +138,7 @@ class HTTPResponseSide(Exchange):
         if self.held:
             self.settle()  # what is held was sent before this chunk
         if body and not self.head:
+            self.sent_at = perf_counter()
             streaming = more or self.streaming
             if streaming and not self.first_byte_seen:
                 self.first_byte(keepalive=self.allow_first_byte and self._keepalive(body))

@@ -7,6 +7,7 @@ scope or LLM call is a cut turn; a dropped connection (no close frame) is ``rst`
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from time import perf_counter
 from typing import Final
 
 from starlette.types import Message
@@ -64,6 +65,7 @@ class WebSocketExchange(Exchange):
             else:
                 size = len(message.get("bytes") or b"")
             self.bytes_sent += size
+            self.sent_at = perf_counter()
             if not self.first_byte_seen:
                 self.first_byte()
             if self.allow_events:

@@ -26,12 +26,16 @@ class _Clock:
     """UTC ISO-8601 timestamps with milliseconds, formatted once per millisecond: envelopes come
     in bursts (a debug-tier stream emits one per event), and a burst shares its stamp."""
 
-    __slots__ = ("_bytes", "_ms", "_text")
+    __slots__ = ("_bytes", "_ms", "_second", "_text")
 
     def __init__(self) -> None:
         self._ms = -1
         self._text = ""
         self._bytes = b""
+        #: The second last formatted and its text up to the dot: ``strftime`` once a second,
+        #: since requests a millisecond apart each need a stamp of their own (one tuple, so
+        #: that threads never pair a second with another's text).
+        self._second: tuple[int, str] = (-1, "")
 
     def now(self) -> str:
         ms = time.time_ns() // 1_000_000
@@ -48,7 +52,11 @@ class _Clock:
 
     def _tick(self, ms: int) -> None:
         second, rest = divmod(ms, 1000)
-        text = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(second))}.{rest:03d}Z"
+        last, prefix = self._second
+        if second != last:
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+            self._second = (second, prefix)
+        text = f"{prefix}{rest:03d}Z"
         # One tuple swap would be atomic; two attributes raced between threads cost a
         # millisecond's difference at worst, never a malformed stamp.
         self._text, self._bytes = text, text.encode("ascii")

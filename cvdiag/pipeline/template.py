@@ -267,6 +267,7 @@ class RequestLines:
         before: int,
         cause: str,
         duration_ms: int,
+        silence_ms: int,
         edge: Mapping[str, str | None] | None = None,
         named: tuple[str | None, str] | None = None,
     ) -> bool:
@@ -292,6 +293,7 @@ class RequestLines:
                 _word(kind),
                 before,
                 _word(cause),
+                silence_ms,
                 *map(_name, named or ()),
             )
         )

@@ -122,6 +122,7 @@ _ABORTED: Final = _format(
         ("termination_kind", b"%s"),
         ("bytes_before_abort", b"%d"),
         ("termination_cause", b"%s"),
+        ("silence_ms", b"%d"),
     ),
 )
 #: A stream's terminals naming its first and last events (an SSE body of typed events).
@@ -146,6 +147,7 @@ _ABORTED_NAMED: Final = _format(
         ("termination_kind", b"%s"),
         ("bytes_before_abort", b"%d"),
         ("termination_cause", b"%s"),
+        ("silence_ms", b"%d"),
         *_NAMED,
     ),
 )

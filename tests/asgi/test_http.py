@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -298,7 +299,10 @@ async def test_an_abort_accounts_for_every_chunk_sent_before_it(
     sink = cvdiag_events(tier)
     with pytest.raises(RuntimeError):
         await call(CvdiagMiddleware(app), http_scope("/"))
-    aborted = only(list(sink.envelopes), "backend.sse.aborted")["metadata"]
+    terminal = only(list(sink.envelopes), "backend.sse.aborted")
+    aborted = terminal["metadata"]
+    # The stream was never silent longer than it lasted (nothing here waits between chunks).
+    assert 0 <= aborted.pop("silence_ms") <= terminal["duration_ms"]
     assert aborted == {
         "termination_kind": "chunk_error",
         "bytes_before_abort": len(b"".join(events)),
@@ -384,6 +388,7 @@ async def test_cancellation_is_an_abort_not_an_error(cvdiag_events: CvdiagEvents
     with pytest.raises(asyncio.CancelledError):
         await task
     (aborted,) = terminals(list(sink.envelopes))
+    assert 0 <= aborted["metadata"].pop("silence_ms") <= aborted["duration_ms"]
     assert aborted["metadata"] == {
         "termination_kind": "fin_premature",
         "bytes_before_abort": 1,
@@ -874,3 +879,53 @@ async def test_a_first_chunk_of_comments_only_is_marked_keepalive(
     (first_byte,) = [e for e in check_all(sink, tier) if e["boundary"] == "backend.sse.first_byte"]
     assert first_byte["metadata"].get("keepalive", False) is keepalive
     assert ("keepalive" in first_byte["metadata"]) is keepalive  # present only when true
+
+
+async def _passes(seconds: float) -> float:
+    """Wait until ``seconds`` have gone by (a condition on the clock, whatever the load)."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        await asyncio.sleep(0.005)
+    return start
+
+
+@pytest.mark.parametrize("tier", ["default", "verbose", "debug"])
+async def test_an_aborted_terminal_says_how_long_the_stream_had_been_silent(
+    cvdiag_events: CvdiagEvents, tier: str
+) -> None:
+    """``silence_ms`` counts from the last chunk the app sent, not from its head: a stream that
+    waited after its head, sent its chunks, then fell silent until its client left. At the
+    default tier its chunks are only held (the hot path), and the silence is still the last one's.
+    """
+    quiet_before, quiet_after = 0.06, 0.08
+    sink = cvdiag_events(tier)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await _passes(quiet_before)  # the model thinking: silence, but not the last one
+        for i in range(3):
+            await send(
+                {"type": "http.response.body", "body": b"data: %d\n\n" % i, "more_body": True}
+            )
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def receive() -> dict[str, Any]:
+        if not asked:
+            asked.append(True)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await _passes(quiet_after)  # the client leaves after this much silence
+        return {"type": "http.disconnect"}
+
+    asked: list[bool] = []
+
+    async def send(message: Any) -> None:
+        pass
+
+    await CvdiagMiddleware(app)(http_scope("/"), receive, send)
+    (aborted,) = terminals(list(sink.envelopes))
+    assert aborted["metadata"]["termination_cause"] == "client_disconnect"
+    silence, duration = aborted["metadata"]["silence_ms"], aborted["duration_ms"]
+    assert silence >= quiet_after * 1000 - 1  # whole milliseconds, rounded
+    assert silence <= duration - quiet_before * 1000 + 1  # not since the head went

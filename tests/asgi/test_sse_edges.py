@@ -71,7 +71,7 @@ def test_a_named_terminal_is_the_line_emit_writes(
             context=context,
         )
         _same(*list(sink.lines)[-2:])
-    if lines.aborted("rst", length, "client_disconnect", total, None, (first, last)):
+    if lines.aborted("rst", length, "client_disconnect", total, total, None, (first, last)):
         emitter.emit(
             "backend.sse.aborted",
             outcome="err",
@@ -79,6 +79,7 @@ def test_a_named_terminal_is_the_line_emit_writes(
                 "termination_kind": "rst",
                 "bytes_before_abort": length,
                 "termination_cause": "client_disconnect",
+                "silence_ms": total,
                 **named,
             },
             duration_ms=total,

@@ -189,6 +189,7 @@ async def test_error_after_accept(cvdiag_events: CvdiagEvents) -> None:
         await run_ws(CvdiagMiddleware(app), [{"type": "websocket.connect"}])
     envelopes = list(sink.envelopes)
     assert boundaries(envelopes) == ["backend.error.caught", "backend.sse.aborted"]
+    assert 0 <= envelopes[-1]["metadata"].pop("silence_ms") <= envelopes[-1]["duration_ms"]
     assert envelopes[-1]["metadata"] == {
         "termination_kind": "chunk_error",
         "bytes_before_abort": 2,

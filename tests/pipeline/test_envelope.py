@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import orjson
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.core.context import RequestContext
 from cvdiag.pipeline.emitter import Emitter
+from cvdiag.pipeline.envelope import _Clock
 from cvdiag.schema.vocabulary import (
     BOUNDARY_TIER,
     BYTE_CAPS,
@@ -245,3 +247,23 @@ def test_outside_any_request_each_envelope_gets_fresh_ids() -> None:
     assert first["slug"] == "unknown"
     assert first["demo"] == "default"
     assert_valid(first)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    start=st.integers(0, 2**41),  # milliseconds up to the year 2039 and beyond
+    steps=st.lists(st.integers(0, 2500), min_size=1, max_size=12),
+)
+def test_a_stamp_is_its_milliseconds_utc_whatever_came_before(start: int, steps: list[int]) -> None:
+    """The clock formats a second once and reuses it for the milliseconds in it: every stamp of
+    a sequence of times (the same millisecond, the same second, the next ones) is still the
+    time's own, as formatting it alone says."""
+    clock = _Clock()
+    ms = start
+    for step in steps:
+        ms += step
+        clock._tick(ms)
+        second, rest = divmod(ms, 1000)
+        alone = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{rest:03d}Z"
+        assert clock._text == alone
+        assert clock._bytes == alone.encode("ascii")

@@ -157,13 +157,14 @@ def test_an_ingress_line_is_the_line_emit_writes(
     cause=st.sampled_from(["client_disconnect", "send_failed", "cancelled", "incomplete"]),
     before=st.integers(0, 2**53),
     delta=st.integers(0, 2**53),
+    silence=st.integers(0, 2**53),
 )
 def test_aborted_and_first_byte_lines_are_the_lines_emit_writes(
-    context: RequestContext, kind: str, cause: str, before: int, delta: int
+    context: RequestContext, kind: str, cause: str, before: int, delta: int, silence: int
 ) -> None:
     emitter, sink = _pair()
     lines = _lines(emitter, context)
-    assert lines.aborted(kind, before, cause, delta)
+    assert lines.aborted(kind, before, cause, delta, silence)
     emitter.emit(
         "backend.sse.aborted",
         outcome="err",
@@ -171,6 +172,7 @@ def test_aborted_and_first_byte_lines_are_the_lines_emit_writes(
             "termination_kind": kind,
             "bytes_before_abort": before,
             "termination_cause": cause,
+            "silence_ms": silence,
         },
         duration_ms=delta,
         context=context,
@@ -192,7 +194,7 @@ def test_an_aborted_line_carries_the_responses_edge_headers_as_emit_does(
     """A stream cut after its response started keeps what the edge added to that response (a
     proxy's ``via``), so the default tier sees it on the abort as on a completion."""
     emitter, sink = _pair()
-    if not _lines(emitter, context).aborted("rst", before, "client_disconnect", 7, edge):
+    if not _lines(emitter, context).aborted("rst", before, "client_disconnect", 7, 3, edge):
         return  # over the cap, or a lone surrogate: emit makes it
     emitter.emit(
         "backend.sse.aborted",
@@ -201,6 +203,7 @@ def test_an_aborted_line_carries_the_responses_edge_headers_as_emit_does(
             "termination_kind": "rst",
             "bytes_before_abort": before,
             "termination_cause": "client_disconnect",
+            "silence_ms": 3,
         },
         duration_ms=7,
         context=context,

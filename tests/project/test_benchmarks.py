@@ -38,7 +38,7 @@ AGUI = [
     "cvdiag debug",
     "OTel asgi",
 ]
-SERVER = ["bare", "off", "default", "verbose", "debug", "floor", "correlation", "otel"]
+SERVER = ["bare", "off", "default", "verbose", "debug", "floor", "correlation", "accesslog", "otel"]
 EMIT = [
     "orjson.dumps alone (floor)",
     "an empty call (the timer's own)",
@@ -115,7 +115,8 @@ def test_cli_many_ids_benchmark_runs(tmp_path: Path) -> None:
 def test_server_benchmark_runs() -> None:
     """``benchmarks/server.py``, the figure of record, at its tiny size: every variant served by
     a real uvicorn under wrk on the agent route (a POST through wrk's script), each answering
-    2xx (the script stops on anything else) and cvdiag's tiers writing their lines."""
+    2xx (the script stops on anything else) and cvdiag's tiers writing their lines, uvicorn's
+    access log its one per request."""
     result = run(
         "server.py", "--rounds", "1", "--seconds", "1", "--warmup", "0",
         "--connections", "4", "--routes", "agent",
@@ -124,8 +125,10 @@ def test_server_benchmark_runs() -> None:
     for variant, row in result["agent"].items():
         assert row["cpu_us_per_request"] > 0, variant
         written = row["lines_per_request"]
-        writes = variant in ("default", "verbose", "debug", "floor")
+        writes = variant in ("default", "verbose", "debug", "floor", "accesslog")
         assert (written > 0) == writes, (variant, written)
+    # uvicorn's access log, the line users compare cvdiag with: one per request served.
+    assert result["agent"]["accesslog"]["lines_per_request"] == pytest.approx(1, abs=0.01)
 
 
 def test_log_volume_counts_every_tiers_lines() -> None:

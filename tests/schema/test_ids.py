@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
+from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug, uuid7_text
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 JOIN_KEY = re.compile(r"^[a-z0-9._-]{1,128}$")
@@ -20,6 +20,20 @@ def test_minted_ids_are_time_ordered_uuid7() -> None:
     assert all(UUID7.match(i) for i in ids)
     assert len(set(ids)) == 100
     assert uuid.UUID(ids[0]).version == 7
+
+
+@given(
+    ms=st.integers(0, 2**48 - 1), counter=st.integers(0, 2**12 - 1), rand=st.integers(0, 2**62 - 1)
+)
+def test_an_id_is_formatted_group_by_group_as_the_uuid_of_its_bits(
+    ms: int, counter: int, rand: int
+) -> None:
+    """Each group is formatted from its own bits: the text is the standard library's for the
+    128-bit value RFC 9562 lays out (its edges included: all zeros, all ones)."""
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand
+    text = uuid7_text(ms, counter, rand)
+    assert text == str(uuid.UUID(int=value))
+    assert UUID7.match(text)
 
 
 def _stamp_ms(value: str) -> int:
