@@ -292,6 +292,8 @@ def _summarize(
                 "p50_ms": statistics.median(m.get("p50_ms", 0.0) for m in mine),
                 "p99_ms": statistics.median(m.get("p99_ms", 0.0) for m in mine),
                 "lines_per_request": statistics.median(m["lines"] / m["served"] for m in mine),
+                "lines": statistics.median(m["lines"] for m in mine),
+                "served": statistics.median(m["served"] for m in mine),
                 "rounds": len(mine),
             }
     return out

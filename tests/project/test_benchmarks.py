@@ -127,8 +127,12 @@ def test_server_benchmark_runs() -> None:
         written = row["lines_per_request"]
         writes = variant in ("default", "verbose", "debug", "floor", "accesslog")
         assert (written > 0) == writes, (variant, written)
-    # uvicorn's access log, the line users compare cvdiag with: one per request served.
-    assert result["agent"]["accesslog"]["lines_per_request"] == pytest.approx(1, abs=0.01)
+    # uvicorn's access log, the line users compare cvdiag with: one per request served. wrk counts
+    # only the requests it saw answered; each of its 4 connections may have one more in flight
+    # when a round stops, which the server still answers and logs (up to 4 rounds: one measured,
+    # three more where a starved machine answered none).
+    access = result["agent"]["accesslog"]
+    assert access["served"] <= access["lines"] <= access["served"] + 4 * 4
 
 
 def test_log_volume_counts_every_tiers_lines() -> None:
