@@ -103,53 +103,37 @@ _FIRST_BYTE: Final = _format(
     outcome="info",
     metadata=(("delta_ms_from_ingress", b"%d"),),
 )
-_COMPLETE: Final = _format(
-    "backend.response.complete",
-    duration=True,
-    outcome=None,
-    metadata=(
-        ("http_status", b"%d"),
-        ("content_length", b"%d"),
-        ("total_duration_ms", b"%d"),
-        ("sse_event_count", b"%d"),
-    ),
+_COMPLETE_METADATA: Final = (
+    ("http_status", b"%d"),
+    ("content_length", b"%d"),
+    ("total_duration_ms", b"%d"),
+    ("sse_event_count", b"%d"),
 )
-_ABORTED: Final = _format(
-    "backend.sse.aborted",
-    duration=True,
-    outcome="err",
-    metadata=(
-        ("termination_kind", b"%s"),
-        ("bytes_before_abort", b"%d"),
-        ("termination_cause", b"%s"),
-        ("silence_ms", b"%d"),
-    ),
+_ABORTED_METADATA: Final = (
+    ("termination_kind", b"%s"),
+    ("bytes_before_abort", b"%d"),
+    ("termination_cause", b"%s"),
+    ("silence_ms", b"%d"),
 )
 #: A stream's terminals naming its first and last events (an SSE body of typed events).
 _NAMED: Final = (("first_event_type", b"%s"), ("last_event_type", b"%s"))
+_COMPLETE: Final = _format(
+    "backend.response.complete", duration=True, outcome=None, metadata=_COMPLETE_METADATA
+)
+_ABORTED: Final = _format(
+    "backend.sse.aborted", duration=True, outcome="err", metadata=_ABORTED_METADATA
+)
 _COMPLETE_NAMED: Final = _format(
     "backend.response.complete",
     duration=True,
     outcome=None,
-    metadata=(
-        ("http_status", b"%d"),
-        ("content_length", b"%d"),
-        ("total_duration_ms", b"%d"),
-        ("sse_event_count", b"%d"),
-        *_NAMED,
-    ),
+    metadata=(*_COMPLETE_METADATA, *_NAMED),
 )
 _ABORTED_NAMED: Final = _format(
     "backend.sse.aborted",
     duration=True,
     outcome="err",
-    metadata=(
-        ("termination_kind", b"%s"),
-        ("bytes_before_abort", b"%d"),
-        ("termination_cause", b"%s"),
-        ("silence_ms", b"%d"),
-        *_NAMED,
-    ),
+    metadata=(*_ABORTED_METADATA, *_NAMED),
 )
 
 
