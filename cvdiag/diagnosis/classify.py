@@ -1,7 +1,7 @@
 """Why a test flapped: one class, a one-line reason, and the envelopes it rests on.
 
 The facts of a test id are gathered envelope by envelope (``facts.Facts``); the rules (``mock``,
-``rules``, ``edge``, ``waiting``, ``incomplete``) are then checked in a fixed order and the first
+``rules``, ``edge``, ``waiting``, ``protocol_rule``) are then checked in a fixed order and the first
 that holds wins:
 
 1. ``mock-fixture-mismatch`` – a mock LLM provider matched no fixture for a call (its error code
@@ -40,7 +40,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.diagnosis import edge, incomplete, mock, rules, waiting
+from cvdiag.diagnosis import edge, mock, protocol_rule, rules, waiting
 from cvdiag.diagnosis.calls import Ref
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.diagnosis.describe import number, text
@@ -79,7 +79,7 @@ _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("slow-first-token", waiting.slow),
     ("provider-empty", waiting.provider_empty),
     ("client-abort", waiting.client_abort),
-    ("protocol-incomplete", incomplete.protocol_incomplete),
+    ("protocol-incomplete", protocol_rule.protocol_incomplete),
     ("healthy", waiting.healthy),
 )
 
