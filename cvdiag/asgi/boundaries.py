@@ -11,14 +11,14 @@ each field read at the cost of a slot.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from time import monotonic
+from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.types import Receive, Send
 
 from cvdiag.core.context import RequestContext, RequestState
 from cvdiag.pipeline.emitter import Emitter
-from cvdiag.pipeline.envelope import ms_since
+from cvdiag.pipeline.envelope import ms_between, ms_since
 from cvdiag.scopes.until_response import end_held, ended_short
 
 if TYPE_CHECKING:
@@ -217,11 +217,14 @@ class Boundaries:
         self.settle()
         if self.emitter.otel is not None:
             self.emitter.otel.record_abort(termination_kind)
-        duration = ms_since(self.start)
+        # One clock read for both figures: read apart, a pause between them (GC, a starved
+        # machine) made the silence longer than the whole stream.
+        now = perf_counter()
+        duration = ms_between(self.start, now)
+        silence = ms_between(self.sent_at, now)
         lines = self._lines()
         edge = self.edge  # the request's, and the response's if it had started
         named = self._closing()
-        silence = ms_since(self.sent_at)
         if lines is not None and lines.aborted(
             termination_kind, self.bytes_sent, cause, duration, silence, edge, named
         ):

@@ -73,7 +73,13 @@ def ms_since(start: float) -> int:
     """Whole milliseconds since ``start`` (``time.perf_counter()``), like every duration on the
     wire (v1's ``duration_ms`` is an integer); never negative, even if the clock is stepped back
     (or patched) under a request."""
-    return max(0, round((time.perf_counter() - start) * 1000))
+    return ms_between(start, time.perf_counter())
+
+
+def ms_between(start: float, end: float) -> int:
+    """Whole milliseconds from ``start`` to ``end`` (both ``time.perf_counter()`` readings),
+    never negative: what ``ms_since`` reports, for figures that must share one reading."""
+    return max(0, round((end - start) * 1000))
 
 
 def wire_duration(value: float | int | None) -> int | None:

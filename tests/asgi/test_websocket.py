@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 from typing import Any
 
 import pytest
 from websockets.sync.client import connect
 
 from cvdiag import CvdiagMiddleware
+from cvdiag.asgi import boundaries as boundaries_module
+from cvdiag.asgi import websocket_exchange
 from cvdiag.pytest_plugin import CvdiagEvents
 from cvdiag.schema.ids import new_uuid7
 from tests.support.asgi_apps import (
@@ -196,6 +199,37 @@ async def test_error_after_accept(cvdiag_events: CvdiagEvents) -> None:
         "termination_cause": "app_error",
     }
     assert FAKE_KEY not in str(envelopes)
+
+
+async def test_silence_and_duration_share_one_clock_reading(
+    cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause while the terminal is built (GC, a starved CI machine) must not make the
+    silence longer than the whole stream: both figures come from one reading. The clock
+    stands still until the app fails, then jumps 50 ms at every reading."""
+    sink = cvdiag_events("default")
+    readings = {"now": 1000.0, "step": 0.0}
+
+    def clock() -> float:
+        readings["now"] += readings["step"]
+        return readings["now"]
+
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(websocket_exchange, "perf_counter", clock)
+    monkeypatch.setattr(boundaries_module, "perf_counter", clock)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "bytes": b"\x00"})
+        readings["step"] = 0.05
+        raise RuntimeError("agent crashed")
+
+    with pytest.raises(RuntimeError):
+        await run_ws(CvdiagMiddleware(app), [{"type": "websocket.connect"}])
+    (aborted,) = terminals(list(sink.envelopes))
+    assert aborted["duration_ms"] >= 50
+    assert aborted["metadata"]["silence_ms"] == aborted["duration_ms"]
 
 
 async def test_error_before_accept_is_reported_then_completes_500(
