@@ -50,12 +50,15 @@ from examples.fake_provider import FakeProvider, serve_fake_provider  # noqa: E4
 from tests.support.cli import cvdiag  # noqa: E402
 from tests.support.servers import serve_hypercorn, serve_uvicorn  # noqa: E402
 
-#: Heartbeats every 50 ms: the stalls below (a second) span many.
-BEAT_S = 0.05
+#: Heartbeats every 200 ms: the stalls below (two seconds) span many. The classifier finds a
+#: client gone "just after" a wait when the app's next send came within one heartbeat interval
+#: of the answer (10 s by default); at 50 ms, a machine running three suites at once (load 21 on
+#: two cores) once took longer than that between the answer and the send.
+BEAT_S = 0.2
 #: How long the provider holds its answer (the WebSocket) or goes quiet (the stream), and how
-#: long the clients wait before giving up: well inside it.
-STALL_S = 1.0
-PATIENCE_S = 0.3
+#: long the clients wait before giving up: well inside it, and over two heartbeats.
+STALL_S = 2.0
+PATIENCE_S = 0.5
 
 
 async def _quiet_provider(request: Request) -> StreamingResponse:
