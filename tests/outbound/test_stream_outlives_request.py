@@ -35,7 +35,7 @@ from examples.fake_provider import FakeProvider
 from tests.support.asgi_apps import wait_for
 from tests.support.cli import cvdiag
 from tests.support.otel import sdk
-from tests.support.servers import free_port, serve_uvicorn
+from tests.support.servers import serve_uvicorn
 
 Envelope = Mapping[str, Any]
 TERMINALS = ("backend.response.complete", "backend.sse.aborted")
@@ -261,15 +261,14 @@ def test_a_stream_still_open_at_shutdown_ends_with_the_process(
     sink = cvdiag_events("verbose", heartbeat_interval=0.02)
     test_id = new_uuid7()
     app = graph_app(provider[1], sink, then="hold", reader="tasks")
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started)
+    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        leave_after_first_event(f"http://127.0.0.1:{config.port}", test_id)
+        leave_after_first_event(f"http://127.0.0.1:{port}", test_id)
         # The request is over; its call is not: it beats on, as a held-open stream truly is.
         wait_for(lambda: "backend.sse.aborted" in names(story(sink, test_id)))
         beats = len([n for n in names(story(sink, test_id)) if n.endswith(".heartbeat")])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -27,11 +28,38 @@ from cvdiag.cli.demo import serve
 KEEP_SERVING = "while True: time.sleep(0.05)"
 
 
+#: Where ``free_port`` picks: below Linux's ephemeral range (32768-60999), from which the kernel
+#: hands ports to port-0 servers and to clients' ends of connections. A port the kernel handed
+#: out could be taken by any of those between the pick and the server's own bind, and the
+#: server's readiness probe then reaches another test's server: with three suites on two cores
+#: a hypercorn test once counted three strangers' requests. Here only another pick can collide.
+_PICKED = range(20_000, 32_000)
+#: A source of its own: the ``random`` module's state is the tests' (hypothesis seeds it).
+_PICKER = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port for a server that must be told its port before it starts (a process of
+    its own, nginx); servers in a thread bind their own (``bound_socket``)."""
+    for _ in range(100):
+        port = _PICKER.choice(_PICKED)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
+def bound_socket() -> tuple[socket.socket, int]:
+    """A socket bound to a port the kernel picked, kept until a server takes it: no other
+    socket can take the port in between."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port: int = sock.getsockname()[1]
+    return sock, port
 
 
 #: uvicorn in a thread on a free loopback port, yielding the base URL: the demo's own helper,
@@ -43,14 +71,16 @@ serve_uvicorn = serve
 serve_uvicorn_lifespan = functools.partial(serve, lifespan="on")
 
 
-def _hypercorn_config(port: int) -> Any:
+def _hypercorn_config() -> tuple[Any, int]:
+    """Hypercorn's configuration, bound to a socket of ours (``fd://``: it takes the socket)."""
     from hypercorn.config import Config
 
+    sock, port = bound_socket()
     config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
+    config.bind = [f"fd://{sock.detach()}"]
     config.loglevel = "WARNING"
     config.accesslog = None
-    return config
+    return config, port
 
 
 def _until_listening(port: int, server: str) -> None:
@@ -70,8 +100,7 @@ def serve_hypercorn(app: Any) -> Iterator[str]:
     """Run ``app`` under hypercorn on a free loopback port; yields the base URL."""
     from hypercorn.asyncio import serve
 
-    port = free_port()
-    config = _hypercorn_config(port)
+    config, port = _hypercorn_config()
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
 
@@ -96,8 +125,7 @@ def serve_hypercorn_trio(app: Any) -> Iterator[str]:
     import trio
     from hypercorn.trio import serve
 
-    port = free_port()
-    config = _hypercorn_config(port)
+    config, port = _hypercorn_config()
     config.worker_class = "trio"
     ready = threading.Event()
     running: dict[str, Any] = {}
