@@ -162,7 +162,7 @@ def test_an_sdk_stream_ends_its_call_once_before_the_request_ends(
     test_id = new_uuid7()
     with serve_uvicorn(sdk_app(provider[1])) as url:
         reply = httpx.post(
-            f"{url}/{flavour}/{api}/{mode}", headers={"x-test-id": test_id}, timeout=10
+            f"{url}/{flavour}/{api}/{mode}", headers={"x-test-id": test_id}, timeout=60
         )
         assert reply.status_code == 200, reply.text
         envelopes = settled(sink, test_id)
@@ -252,7 +252,7 @@ def test_an_app_raising_before_its_response_completes_500(cvdiag_events: CvdiagE
 
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
-        reply = httpx.get(f"{url}/boom", headers={"x-test-id": test_id}, timeout=10)
+        reply = httpx.get(f"{url}/boom", headers={"x-test-id": test_id}, timeout=60)
         assert reply.status_code == 500
         envelopes = settled(sink, test_id)
     assert names(envelopes) == [
@@ -281,7 +281,7 @@ def test_a_background_task_tells_its_part_after_the_terminal(cvdiag_events: Cvdi
 
     test_id = new_uuid7()
     with serve_uvicorn(app) as url:
-        httpx.post(f"{url}/turn", headers={"x-test-id": test_id}, timeout=10)
+        httpx.post(f"{url}/turn", headers={"x-test-id": test_id}, timeout=60)
         envelopes = settled(sink, test_id, "backend.agent.exit")
     assert names(envelopes) == [
         "backend.response.complete",
