@@ -69,20 +69,23 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 class Lines:
-    """What the face wrote to ``sys.stdout`` so far, read as it comes (the server is a thread)."""
+    """What the face wrote to ``sys.stdout`` so far, read as it comes (the server is a thread).
+    Each line is parsed once: an endless stream writes a hundred lines a second, and parsing
+    them all again at every look took the GIL from the server thread that was to notice the
+    client leave (a 30 s wait once ran out on a machine running three suites)."""
 
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
         self.capsys = capsys
-        self.text = ""
+        self.text = ""  # all of it, as written
+        self.rest = ""  # a line not yet ended
+        self.envelopes: list[dict[str, Any]] = []
 
     def of(self, test_id: str) -> list[dict[str, Any]]:
-        self.text += self.capsys.readouterr().out
-        return [
-            envelope
-            for line in self.text.splitlines()
-            if line.startswith("CVDIAG {")
-            and (envelope := json.loads(line[7:]))["test_id"] == test_id
-        ]
+        out = self.capsys.readouterr().out
+        self.text += out
+        *lines, self.rest = (self.rest + out).split("\n")
+        self.envelopes += [json.loads(line[7:]) for line in lines if line.startswith("CVDIAG {")]
+        return [envelope for envelope in self.envelopes if envelope["test_id"] == test_id]
 
     def until(self, test_id: str, boundary: str) -> list[dict[str, Any]]:
         """The request's envelopes once ``boundary`` is among them (a deadline only for failure)."""
