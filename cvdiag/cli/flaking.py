@@ -102,8 +102,7 @@ def render(tests: list[Test]) -> tuple[list[str], list[tuple[str, ...]]]:
     styles: list[tuple[str, ...]] = [("bold",)]
     for test in tests:
         lines.append(
-            f"{test.name:<{width}}  {len(test.attempts):>8}  {len(test.failures):>6}"
-            f"  {test.rate:>5.0%}"
+            f"{test.name:<{width}}  {test.attempts:>8}  {test.failures:>6}  {test.rate:>5.0%}"
         )
         styles.append(("red",) if test.failures else ())
         for cause in test.causes():
