@@ -46,7 +46,7 @@ def _stories(
                     test_id = record.envelope["test_id"]
                     story = stories.get(test_id)
                     if story is None:
-                        story = stories[test_id] = Story(test_id, gather_facts=False)
+                        story = stories[test_id] = Story(test_id, gather_facts=False, timed=False)
                     story.add(record)
         for story in stories.values():
             story.finish(first_token_timeout=args.first_token_timeout)

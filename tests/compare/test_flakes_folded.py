@@ -1,6 +1,11 @@
-"""``flakes.Test`` keeps counters, not one record per attempt: its causes and separating facts
-are those of the exhaustive computation over every attempt (below, the one ``cvdiag flakes``
-made before it folded attempts as they came), for any attempts, in any order."""
+"""What ``cvdiag flakes`` keeps of each attempt, and how cheaply it reads one, change nothing it
+says.
+
+``flakes.Test`` keeps counters, not one record per attempt: its causes and separating facts are
+those of the exhaustive computation over every attempt (below, the one ``cvdiag flakes`` made
+before it folded attempts as they came), for any attempts, in any order. A story read untimed
+(``Story(timed=False)``: only LLM calls' beginnings placed in time) gives the same facts, first
+provider and pass or failure as one read with the clock."""
 
 from __future__ import annotations
 
@@ -10,8 +15,11 @@ from typing import Any, NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.compare.flakes import FACTS_SHOWN, SEPARATES
+from cvdiag.compare.flakes import FACTS_SHOWN, SEPARATES, ended_well, facts_of
 from cvdiag.compare.flakes import Test as Folded
+from cvdiag.compare.story import Story
+from cvdiag.logs.reading import Record
+from tests.compare.test_hostile import BASE, metadata
 
 
 class Attempt(NamedTuple):
@@ -121,3 +129,41 @@ def test_first_tokens_a_pass_has_matched_are_forgotten() -> None:
     assert [(f["fact"], f["failures"]) for f in late] == [
         ("first token later than 199 ms (the slowest pass) or none", 801)
     ]
+
+
+# Envelopes whose clocks disagree at will: ``ts`` over a few seconds, ``mono_ns`` anywhere, so
+# that LLM calls' beginnings come out of file order; calls to two providers, so that which call
+# came first shows.
+steps = st.tuples(
+    st.sampled_from(
+        ["backend.request.ingress", "backend.response.complete", "backend.sse.aborted",
+         "backend.sse.event", "backend.agent.enter", "backend.agent.exit",
+         "backend.llm.call.start", "backend.llm.call.heartbeat", "backend.llm.call.response"]
+    ),
+    metadata | st.fixed_dictionaries({"provider": st.sampled_from(["a", "b"]), "model": st.none()}),
+    st.sampled_from(["0123456789abcdef", "1111111111111111", "2222222222222222"]),
+    st.none() | st.sampled_from(["0123456789abcdef", "1111111111111111"]),
+    st.integers(0, 3999),
+    st.integers(0, 4 * 10**9),
+)  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(st.lists(steps, max_size=30))
+def test_a_story_read_untimed_tells_flakes_the_same(given_steps: list[Any]) -> None:
+    timed = Story("t-1", gather_facts=False)
+    untimed = Story("t-1", gather_facts=False, timed=False)
+    for boundary, meta, span, parent, ms, mono in given_steps:
+        ts = f"2026-11-28T10:00:0{ms // 1000}.{ms % 1000:03d}Z"
+        env = {**BASE, "boundary": boundary, "metadata": meta, "span_id": span,
+               "parent_span_id": parent, "ts": ts, "mono_ns": mono}  # fmt: skip
+        record = Record("x", 1, b"", env, (ts[:23] + "000Z", mono))
+        timed.add(record)
+        untimed.add(record)
+    for story in (timed, untimed):
+        story.finish(first_token_timeout=60)
+    assert facts_of(untimed) == facts_of(timed)
+    assert ended_well(untimed) == ended_well(timed)
+    assert untimed.flap_class == timed.flap_class
+    calls = [[p.key for p in s.points if p.kind == "llm" and not p.end] for s in (timed, untimed)]
+    assert calls[0] == calls[1]
