@@ -11,7 +11,11 @@ import orjson
 from cvdiag.cli.output import NOTHING, OK, USAGE, Failure, Malformations, Output
 from cvdiag.compare.flakes import Test, by_test, ended_well
 from cvdiag.compare.story import Story
-from cvdiag.logs.reading import Inputs, Malformed, records
+from cvdiag.logs.reading import Inputs, Malformed, records, written_as_is
+
+#: Failing test ids of one log up to this many are read again one by one (module-level: the
+#: tests lower it).
+SEARCHED_ALONE = 8
 
 
 def flakes(args: argparse.Namespace) -> int:
@@ -66,13 +70,19 @@ def _passed(story: Story, names: dict[str, tuple[str, bool]] | None) -> bool:
 
 
 def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> None:
-    """The classifier's facts of the failing stories, from their lines read again."""
-    with Inputs([name]) as inputs:
-        for item in inputs:
-            item.numbered = False
-            for record in records(item, _ignored, test_id=failing):
-                if not record.envelope["boundary"].startswith("cvdiag."):
-                    stories[record.envelope["test_id"]].facts.add(record)
+    """The classifier's facts of the failing stories, from their lines read again: up to
+    ``SEARCHED_ALONE`` test ids each searched for as bytes (at disk speed: 10 ms for 10 MB
+    here), more in one read that parses every envelope again (170 ms)."""
+    alone = sorted(failing) if len(failing) <= SEARCHED_ALONE else []
+    groups = [frozenset([i]) for i in alone if written_as_is(i)]
+    rest = failing.difference(*groups)
+    for ids in [*groups, rest] if rest else groups:
+        with Inputs([name]) as inputs:
+            for item in inputs:
+                item.numbered = False
+                for record in records(item, _ignored, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        stories[record.envelope["test_id"]].facts.add(record)
 
 
 def _ignored(problem: Malformed) -> None:
