@@ -168,7 +168,8 @@ class Test:
         if not failures or not passes or self._slowest is None:
             return []
         slowest = self._slowest
-        # Never one of the facts (``facts_of`` gives none without "=" or ": "): counted apart.
+        # Never the text of a fact (a header's holds ": ", the others begin otherwise), so its
+        # count is kept apart and added here, as a fact every late attempt would show.
         mark = f"first token later than {slowest:.0f} ms (the slowest pass) or none"
         counted_f = Counter(self._failed)
         late = self._failures_untimed + sum(1 for v in self._late if v > slowest)
