@@ -83,7 +83,7 @@ def facts_of(story: Story) -> tuple[frozenset[str], str | None, float | None]:
 
 class Test:
     """One test's attempts, folded as they come: counts, and only what its causes and separating
-    facts need. Not one record per attempt: over 100 runs of 3,600 attempts each those records
+    facts need. Not one record per attempt: over 100 runs of 3,400 attempts each those records
     were 232 MB and, through the garbage collector's passes over them, a time that grew with
     the runs (2.0 times a plain read at 10 runs, 3.0 at 100). A pass counts towards the facts it
     shows; a failure too, and keeps its first token only while it is later than every pass seen
