@@ -61,7 +61,8 @@ done = subprocess.run(sys.argv[1:], stdout=out, stderr=subprocess.PIPE)
 elapsed = time.perf_counter() - start
 if done.returncode not in (0, 1):
     sys.exit(done.stderr.decode()[-500:])
-print(elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(elapsed, used.ru_maxrss, used.ru_utime + used.ru_stime)
 """
 
 _BASELINE_STATS = """
@@ -353,6 +354,13 @@ def _export(revision: str, into: Path) -> Path:
 
 def measure(*command: str, cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of ``command`` run in a fresh wrapper process."""
+    elapsed, rss, _ = measure_cpu(*command, cwd=cwd)
+    return elapsed, rss
+
+
+def measure_cpu(*command: str, cwd: str | None = None) -> tuple[float, float, float]:
+    """``measure``'s figures and the CPU seconds (user and system) ``command`` used: on a
+    machine shared with other work, the figure its load stretches least."""
     out = subprocess.run(
         [sys.executable, "-c", _WRAPPER, *command],
         capture_output=True,
@@ -360,8 +368,8 @@ def measure(*command: str, cwd: str | None = None) -> tuple[float, float]:
         check=True,
         cwd=cwd,
     )
-    elapsed, rss_kb = out.stdout.split()
-    return float(elapsed), int(rss_kb) / 1024
+    elapsed, rss_kb, cpu = out.stdout.split()
+    return float(elapsed), int(rss_kb) / 1024, float(cpu)
 
 
 def _median(values: list[float]) -> float:

@@ -11,8 +11,9 @@ many requests, half access-log lines, one request in ``FAILED_EVERY`` failed).
   a Python loop that ``json.loads`` every envelope line of each (reading them once; the target:
   within 2x of it).
 
-Each figure is the median of ``--repeat`` interleaved rounds, with the peak RSS of the command
-(``cli.measure``). ``--json`` prints them as one object.
+Each figure is the median of ``--repeat`` interleaved rounds: wall seconds, CPU seconds (user and
+system, which other work on the machine stretches least) and the peak RSS of the command
+(``cli.measure_cpu``). ``--json`` prints them as one object.
 """
 
 from __future__ import annotations
@@ -42,14 +43,20 @@ def _failed_id(target: str) -> str:
 
 def _rounds(commands: dict[str, list[str]], repeat: int) -> dict[str, dict[str, float]]:
     times: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
     peaks: dict[str, float] = dict.fromkeys(commands, 0.0)
     for _ in range(repeat):
         for name, command in commands.items():
-            elapsed, rss = cli.measure(*command)
+            elapsed, rss, cpu = cli.measure_cpu(*command)
             times[name].append(elapsed)
+            cpus[name].append(cpu)
             peaks[name] = max(peaks[name], rss)
     return {
-        name: {"seconds": round(cli._median(values), 3), "peak_mb": round(peaks[name], 1)}
+        name: {
+            "seconds": round(cli._median(values), 3),
+            "cpu_seconds": round(cli._median(cpus[name]), 3),
+            "peak_mb": round(peaks[name], 1),
+        }
         for name, values in times.items()
     }
 
@@ -105,7 +112,10 @@ def main() -> None:
     for part in ("diff", "flakes"):
         print(part)
         for name, figure in figures[part].items():  # type: ignore[attr-defined]
-            print(f"  {name:<24} {figure['seconds']:>8.2f} s  {figure['peak_mb']:>7.1f} MB")
+            print(
+                f"  {name:<24} {figure['seconds']:>8.2f} s  {figure['cpu_seconds']:>8.2f} s CPU"
+                f"  {figure['peak_mb']:>7.1f} MB"
+            )
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ SLOW = (
     "tests/compare/test_flakes_real.py",
     "tests/compare/test_hostile.py",  # the command per case
     "tests/compare/test_report.py",
+    "tests/compare/test_flakes_folded.py::test_failures_first_tokens_forgotten_along_the_way_change_nothing",
+    "tests/compare/test_flakes_folded.py::test_a_story_read_untimed_tells_flakes_the_same",
     "tests/showcase_integration/test_showcase_server.py",
     "tests/e2e/test_stories.py",
     "tests/outbound/test_stream_outlives_request.py",

@@ -11,7 +11,11 @@ import orjson
 from cvdiag.cli.output import NOTHING, OK, USAGE, Failure, Malformations, Output
 from cvdiag.compare.flakes import Test, by_test, ended_well
 from cvdiag.compare.story import Story
-from cvdiag.logs.reading import Inputs, Malformed, records
+from cvdiag.logs.reading import Inputs, Malformed, records, written_as_is
+
+#: Failing test ids of one log up to this many are read again one by one (module-level: the
+#: tests lower it).
+SEARCHED_ALONE = 8
 
 
 def flakes(args: argparse.Namespace) -> int:
@@ -46,7 +50,7 @@ def _stories(
                     test_id = record.envelope["test_id"]
                     story = stories.get(test_id)
                     if story is None:
-                        story = stories[test_id] = Story(test_id, gather_facts=False)
+                        story = stories[test_id] = Story(test_id, gather_facts=False, timed=False)
                     story.add(record)
         for story in stories.values():
             story.finish(first_token_timeout=args.first_token_timeout)
@@ -66,13 +70,19 @@ def _passed(story: Story, names: dict[str, tuple[str, bool]] | None) -> bool:
 
 
 def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> None:
-    """The classifier's facts of the failing stories, from their lines read again."""
-    with Inputs([name]) as inputs:
-        for item in inputs:
-            item.numbered = False
-            for record in records(item, _ignored, test_id=failing):
-                if not record.envelope["boundary"].startswith("cvdiag."):
-                    stories[record.envelope["test_id"]].facts.add(record)
+    """The classifier's facts of the failing stories, from their lines read again: up to
+    ``SEARCHED_ALONE`` test ids each searched for as bytes (at disk speed: 10 ms for 10 MB
+    here), more in one read that parses every envelope again (170 ms)."""
+    alone = sorted(failing) if len(failing) <= SEARCHED_ALONE else []
+    groups = [frozenset([i]) for i in alone if written_as_is(i)]
+    rest = failing.difference(*groups)
+    for ids in [*groups, rest] if rest else groups:
+        with Inputs([name]) as inputs:
+            for item in inputs:
+                item.numbered = False
+                for record in records(item, _ignored, test_id=ids):
+                    if not record.envelope["boundary"].startswith("cvdiag."):
+                        stories[record.envelope["test_id"]].facts.add(record)
 
 
 def _ignored(problem: Malformed) -> None:
@@ -102,8 +112,7 @@ def render(tests: list[Test]) -> tuple[list[str], list[tuple[str, ...]]]:
     styles: list[tuple[str, ...]] = [("bold",)]
     for test in tests:
         lines.append(
-            f"{test.name:<{width}}  {len(test.attempts):>8}  {len(test.failures):>6}"
-            f"  {test.rate:>5.0%}"
+            f"{test.name:<{width}}  {test.attempts:>8}  {test.failures:>6}  {test.rate:>5.0%}"
         )
         styles.append(("red",) if test.failures else ())
         for cause in test.causes():

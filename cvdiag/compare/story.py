@@ -61,15 +61,20 @@ class _Open:
 class Story:
     """The points of one test id, in the order they became visible; its class once finished."""
 
-    def __init__(self, test_id: str, *, gather_facts: bool = True) -> None:
+    def __init__(self, test_id: str, *, gather_facts: bool = True, timed: bool = True) -> None:
         self.test_id = test_id
         #: Envelopes taken (accounting ones aside).
         self.count = 0
         #: False: the classifier's facts are gathered later, only for the stories whose class is
         #: wanted (``flakes`` reads a failure's lines again), at a third of the cost of a read.
         self.gather_facts = gather_facts
+        #: False: only LLM calls' beginnings are placed in time (``flakes`` needs their order,
+        #: for the first call's provider); every other point, and ``end_ms``, stays at 0. The
+        #: clock was a third of the cost of a story (two dates parsed per envelope).
+        self.timed = timed
         self.points: list[Point] = []
-        self.facts = Facts(test_id)
+        self._facts: Facts | None = None
+        self._anchor: tuple[str, int] | None = None
         self._clock: Clock | None = None
         self._seen: dict[str, int] = {}
         # Span id of a beginning -> what is still open: requests and calls apart, so that an
@@ -95,10 +100,15 @@ class Story:
         self.count += 1
         if self.gather_facts:
             self.facts.add(record)
-        if self._clock is None:
-            self._clock = Clock(record.key)
-        at = self._clock.offset_ms(record.key)
-        self.end_ms = max(self.end_ms, at)
+        if self._anchor is None:
+            self._anchor = record.key  # the clock's origin, timed or not: the same offsets
+        if self.timed or boundary == "backend.llm.call.start":
+            if self._clock is None:
+                self._clock = Clock(self._anchor)
+            at = self._clock.offset_ms(record.key)
+            self.end_ms = max(self.end_ms, at)
+        else:
+            at = 0.0
         if len(self.points) >= POINTS_MAX:
             return
         meta = env["metadata"] if isinstance(env["metadata"], dict) else {}
@@ -266,6 +276,14 @@ class Story:
         self.points.sort(key=_at)
         self.first_token_timeout = first_token_timeout
         return self
+
+    @property
+    def facts(self) -> Facts:
+        """The classifier's facts, made when first wanted: most of ``flakes``'s stories (its
+        passes) never want them."""
+        if self._facts is None:
+            self._facts = Facts(self.test_id)
+        return self._facts
 
     @property
     def finished(self) -> bool:

@@ -315,7 +315,7 @@ def parsed_lines(
 # --- envelopes ------------------------------------------------------------------------------
 
 
-def _written_as_is(test_id: str) -> bool:
+def written_as_is(test_id: str) -> bool:
     """Whether every JSON writer puts ``test_id`` in a line as its own bytes: printable ASCII
     but the quote and the backslash. Any other character may be written as an escape
     (``\\u001b``, ``\\"``, ``\\u00e9``), which a search for the id's bytes would never find."""
@@ -341,7 +341,7 @@ def records(
     ids = _ids(test_id)
     if needle is None:
         one = next(iter(ids)) if ids is not None and len(ids) == 1 else None
-        needle = one.encode() if one is not None and _written_as_is(one) else MARKER
+        needle = one.encode() if one is not None and written_as_is(one) else MARKER
     name = source.name
     canonical = CANONICAL_TS.fullmatch
     for lineno, text, value in parsed_lines(source, on_malformed, needle=needle):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cvdiag import cli
+from cvdiag.cli import flaking
 from cvdiag.compare.flakes import stable_part
 from tests.support import junit
 from tests.support.cli import cvdiag
@@ -119,3 +121,23 @@ def test_junit_names_the_tests_and_says_which_attempts_passed(
     assert test["test"] == "chat.spec.ts::chat streams"
     assert (test["attempts"], test["failures"]) == (RUNS + len(FAILING), len(FAILING))
     assert test["separating_facts"][0]["fact"] == "via: 1.1 squid"
+
+
+def test_failures_read_again_one_by_one_or_together_are_classed_alike(
+    runs: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # One log with five failing attempts: each searched for alone, then all read in one pass.
+    joined = tmp_path / "all.log"
+    joined.write_text("".join(log.read_text() for log in runs))
+    said = []
+    for alone in (flaking.SEARCHED_ALONE, 0):
+        monkeypatch.setattr(flaking, "SEARCHED_ALONE", alone)
+        assert cli.main(["flakes", str(joined), "--json"]) == 0
+        said.append(json.loads(capfd.readouterr().out))
+    assert said[0] == said[1]
+    [cause] = said[0][0]["causes"]
+    assert cause["count"] == len(FAILING)
+    assert cause["flap_class"] not in ("healthy", "unknown")

@@ -109,6 +109,26 @@ def test_cli_many_ids_benchmark_runs(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # the log is removed
 
 
+def test_compare_benchmark_runs(tmp_path: Path) -> None:
+    """``benchmarks/compare.py`` at a tiny size: every command it holds flakes and diff to."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "compare.py"), "--size-mb", "1", "--runs", "3",
+         "--run-mb", "1", "--repeat", "1", "--dir", str(tmp_path), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert list(figures["flakes"]) == ["read once (json.loads)", "cvdiag ls", "cvdiag flakes"]
+    assert list(figures["diff"]) == ["cvdiag ls", "cvdiag diff"]
+    for figure in [*figures["flakes"].values(), *figures["diff"].values()]:
+        assert figure["cpu_seconds"] > 0
+        assert figure["peak_mb"] > 0
+    assert list(tmp_path.iterdir()) == []  # the logs are removed
+
+
 @pytest.mark.skipif(
     shutil.which("wrk") is None, reason="no wrk: apt-get install wrk (.ci/run installs it)"
 )
