@@ -35,12 +35,16 @@ def _symptom(fact: str) -> bool:
 
 def ended_well(story: Story) -> bool:
     """Without JUnit, whether an attempt passed: each request answered in full (HTTP below
-    400) and each LLM call answered. Not the class alone: a proxy in the path of a request
-    that completed is a class (``edge-interference``), not a failure of the test."""
+    400) and each LLM call answered; with neither (a background run's agent alone), each agent
+    scope exited ok. Not the class alone: a proxy in the path of a request that completed is a
+    class (``edge-interference``), not a failure of the test, and an agent alone has no class
+    but ``unclassified`` (the classifier judges requests and calls)."""
     ends = [p for p in story.points if p.end and p.kind in ("request", "llm")]
+    if not ends:
+        ends = [p for p in story.points if p.end and p.kind == "agent"]
     if ends:
         return all(_good(p.facts) for p in ends)
-    return story.flap_class == "healthy"  # no request or call to judge by: the class decides
+    return story.flap_class == "healthy"  # nothing ended to judge by: the class decides
 
 
 def _good(facts: dict[str, Any]) -> bool:

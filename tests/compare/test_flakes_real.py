@@ -8,12 +8,23 @@ did too, and the prompts vary in passes and failures alike: the proxy is the cau
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 
-from cvdiag import cli
+from cvdiag import (
+    FileSink,
+    MemorySink,
+    Settings,
+    Tier,
+    adopt_test_id,
+    agent_scope,
+    cli,
+    configure,
+    flush,
+)
 from cvdiag.cli import flaking
 from cvdiag.compare.flakes import stable_part
 from tests.support import junit
@@ -141,3 +152,29 @@ def test_failures_read_again_one_by_one_or_together_are_classed_alike(
     [cause] = said[0][0]["causes"]
     assert cause["count"] == len(FAILING)
     assert cause["flap_class"] not in ("healthy", "unknown")
+
+
+def test_a_background_agent_alone_is_judged_by_its_class(tmp_path: Path) -> None:
+    """A run with no request or LLM call (an agent adopted by a background worker) has only its
+    class to say whether it passed: its facts are gathered before the class is asked for."""
+    log = tmp_path / "background.log"
+    configure(Settings(enabled=True, tier=Tier.VERBOSE), sinks=[FileSink(log)])
+    try:
+        for number in range(3):
+            with adopt_test_id(f"d4-nightly-run{number}"), agent_scope("planner"):
+                pass
+        with (
+            contextlib.suppress(RuntimeError),
+            adopt_test_id("d4-nightly-run3"),
+            agent_scope("planner"),
+        ):
+            raise RuntimeError("the planner gave up")
+        flush()
+    finally:
+        configure(Settings(), sinks=[MemorySink()])
+    result = cvdiag("flakes", str(log), "--json")
+    assert result.returncode == 0, result.stderr
+    (test,) = json.loads(result.stdout)
+    assert (test["test"], test["attempts"], test["failures"]) == ("d4-nightly", 4, 1)
+    (cause,) = test["causes"]
+    assert cause["flap_class"] == "backend-error"  # the error the scope saw, not a guess
