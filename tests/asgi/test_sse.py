@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cvdiag.asgi import sse
 from cvdiag.asgi.sse import SSECounter, SSEEvent, SSEParser, json_type
+from tests.support.compiled import patches_internals
 
 # --- a reference: the WHATWG EventSource algorithm over the whole stream at once ---------------
 
@@ -261,6 +262,7 @@ def test_a_batch_of_whole_events_counts_as_the_reference(
     assert count_all([first, stream[len(first) :]]) == expected
 
 
+@patches_internals  # the limits are constants compiled in
 @settings(max_examples=300, deadline=None)
 @given(stream=st.one_of(streams(), _NOISE), points=st.lists(st.integers(0, 10_000), max_size=12))
 def test_condensing_keeps_counts_and_sizes_exact(
