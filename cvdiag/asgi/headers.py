@@ -9,7 +9,7 @@ placeholder, never edited.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from starlette.types import Message
 
@@ -72,11 +72,14 @@ def demo_name(path: str) -> str:
 
 
 def response_facts(
-    headers: Iterable[tuple[bytes, bytes]],
-) -> tuple[bytes | None, bytes | None, bytes | None, dict[str, str | None] | None]:
+    headers: Iterable[Any],
+) -> tuple[Any, Any, Any, dict[str, str | None] | None]:
     """A response's content type, content coding, declared length and edge headers (None when
-    it has none), in one pass over its headers."""
-    content_type = encoding = length = None
+    it has none), in one pass over its headers. Typed ``Any`` as the app hands them: compiled
+    (docs/production.md), a declared ``bytes`` would refuse what pure Python reads."""
+    content_type: Any = None
+    encoding: Any = None
+    length: Any = None
     edge: dict[str, str | None] | None = None
     for name, value in headers:
         lower = name.lower()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -70,6 +71,8 @@ __all__ = ["CvdiagMiddleware"]
 _new_context: Final = partial(tuple.__new__, RequestContext)
 #: Scope types that get an OpenTelemetry server span.
 _TRACED: Final = frozenset({"http", "websocket"})
+#: No server span: the request's ``with`` enters this instead of the bridge's (reentrant).
+_UNTRACED: Final[AbstractContextManager[tuple[Span | None, bool]]] = nullcontext((None, False))
 
 
 class CvdiagMiddleware:
@@ -129,53 +132,44 @@ class CvdiagMiddleware:
             await self.app(scope, receive, flushing_at_shutdown(send, emitter))
             return
         bridge = emitter.otel
-        if bridge is not None and scope["type"] in _TRACED and bridge.tracing():
-            with bridge.server_span(scope) as (span, owned):
-                await self._observe(scope, receive, send, emitter, span, owned=owned)
-            return
-        await self._observe(scope, receive, send, emitter, None)
-
-    async def _observe(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        emitter: Emitter,
-        span: Span | None,
-        *,
-        owned: bool = False,
-    ) -> None:
-        exchange: HTTPExchange | WebSocketExchange | None = None
-        try:
-            exchange = self._begin(scope, emitter, receive, send)
-            if span is not None and exchange is not None:
-                annotate_request(span, exchange.ctx)
-        except Exception as exc:
-            record_failure("middleware", exc)
-        if exchange is None:
-            await self.app(scope, receive, send)
-            return
-        token = set_context(exchange.ctx)
-        state_token = _STATE.set(exchange.state)
-        own = _emitters._REQUEST_EMITTER.set(emitter) if self._emitter is not None else None
-        failure: BaseException | None = None
-        try:
-            await self.app(scope, exchange.receive, exchange.send)
-        except BaseException as exc:
-            failure = exc
-            exchange.finish(exc)
-            raise
-        else:
-            exchange.finish(None)
-        finally:
-            if exchange.state.held is not None:
-                release(exchange.state, failure)
-            _STATE.reset(state_token)
-            reset_context(token)
-            if own is not None:
-                _emitters._REQUEST_EMITTER.reset(own)
-            if span is not None and owned:
-                finish_request(span, scope, exchange.status, failure)
+        # The request runs inside this coroutine, not one more awaited from it: every turn of
+        # a stream's event loop resumes each coroutine between the server and the app.
+        with (
+            bridge.server_span(scope)
+            if bridge is not None and scope["type"] in _TRACED and bridge.tracing()
+            else _UNTRACED
+        ) as (span, owned):
+            exchange: HTTPExchange | WebSocketExchange | None = None
+            try:
+                exchange = self._begin(scope, emitter, receive, send)
+                if span is not None and exchange is not None:
+                    annotate_request(span, exchange.ctx)
+            except Exception as exc:
+                record_failure("middleware", exc)
+            if exchange is None:
+                await self.app(scope, receive, send)
+                return
+            token = set_context(exchange.ctx)
+            state_token = _STATE.set(exchange.state)
+            own = _emitters._REQUEST_EMITTER.set(emitter) if self._emitter is not None else None
+            failure: BaseException | None = None
+            try:
+                await self.app(scope, exchange.receive, exchange.send)
+            except BaseException as exc:
+                failure = exc
+                exchange.finish(exc)
+                raise
+            else:
+                exchange.finish(None)
+            finally:
+                if exchange.state.held is not None:
+                    release(exchange.state, failure)
+                _STATE.reset(state_token)
+                reset_context(token)
+                if own is not None:
+                    _emitters._REQUEST_EMITTER.reset(own)
+                if span is not None and owned:
+                    finish_request(span, scope, exchange.status, failure)
 
     def _allows(self, emitter: Emitter) -> tuple[bool, bool, bool]:
         """What the emitter's tier keeps of ingress, first_byte and event; cached per tier."""
@@ -216,7 +210,7 @@ class CvdiagMiddleware:
             return None
         start = time.perf_counter()
         wanted = self._wanted
-        found: dict[bytes, bytes] = {}
+        found: dict[bytes, Any] = {}  # values as the server hands them: Any, never checked
         for name, value in scope.get("headers") or ():
             if name in wanted and name not in found:
                 found[name] = value

@@ -34,6 +34,7 @@ from tests.support.asgi_apps import (
     terminals,
     without_echo,
 )
+from tests.support.compiled import patches_internals
 
 UUID7 = "0190d6a0-5c2e-7c3a-9f1e-2b3c4d5e6f70"
 
@@ -754,6 +755,7 @@ async def test_exclude_paths_exact_and_regex(cvdiag_events: CvdiagEvents) -> Non
 # --- cvdiag's own failures never reach the host --------------------------------------------
 
 
+@patches_internals
 async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -772,6 +774,7 @@ async def test_a_failure_inside_cvdiag_is_counted_and_the_request_proceeds(
     assert not terminals(list(sink.envelopes))  # cvdiag stepped aside for this request
 
 
+@patches_internals
 async def test_a_failure_while_starting_is_counted_and_the_request_proceeds(
     cvdiag_events: CvdiagEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:

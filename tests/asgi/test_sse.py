@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cvdiag.asgi import sse
 from cvdiag.asgi.sse import SSECounter, SSEEvent, SSEParser, json_type
+from tests.support.compiled import patches_internals
 
 # --- a reference: the WHATWG EventSource algorithm over the whole stream at once ---------------
 
@@ -237,6 +238,31 @@ def test_incremental_readers_match_the_reference(stream: bytes, points: list[int
         assert count_all(chunks) == len(expected)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(
+        st.one_of(
+            st.builds(lambda v: b"data: " + v, _VALUE),
+            st.sampled_from([b"", b"\n", b"event: x\ndata: 1", b": ping", b"data", b"id: 7"]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    ending=_ENDINGS,
+)
+def test_a_batch_of_whole_events_counts_as_the_reference(
+    events: list[bytes], ending: bytes
+) -> None:
+    # What the default tier feeds the counter: held chunks joined, whole events, at the stream's
+    # start and after one event was counted alone.
+    stream = b"".join(e.replace(b"\n", ending) + ending * 2 for e in events)
+    first = events[0].replace(b"\n", ending) + ending * 2
+    expected = len(reference(stream))
+    assert count_all([stream]) == expected
+    assert count_all([first, stream[len(first) :]]) == expected
+
+
+@patches_internals  # the limits are constants compiled in
 @settings(max_examples=300, deadline=None)
 @given(stream=st.one_of(streams(), _NOISE), points=st.lists(st.integers(0, 10_000), max_size=12))
 def test_condensing_keeps_counts_and_sizes_exact(

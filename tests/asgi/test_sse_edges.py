@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.asgi.http_response import edge_event_type
+from cvdiag.asgi.http_response import edge_event_type, edge_scan
 from cvdiag.asgi.sse import SSEParser
 from cvdiag.core.context import RequestContext
 from tests.pipeline.test_template import _lines, _pair, _same, contexts
@@ -36,6 +36,26 @@ def test_the_edges_name_what_the_parser_names(blocks: list[str], ending: str, ta
     events = SSEParser().feed(body.encode())
     assert edge_event_type(data, last=True) == (events[-1].event_type if events else None)
     assert edge_event_type(data, last=False) == (events[0].event_type if events else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(
+        st.one_of(EVENT, st.builds(lambda n: f"data: {'x' * n}", st.integers(400, 600))),
+        max_size=8,
+    ),
+    ending=st.sampled_from(["\n", "\r\n", "\r"]),
+    cut=st.integers(0, 700),
+)
+def test_the_short_look_at_an_edge_finds_what_the_whole_window_finds(
+    blocks: list[str], ending: str, cut: int
+) -> None:
+    # The short look trusts only a block whole within its 512 bytes, CRLFs cut in two included:
+    # a body cut anywhere at either end (a kept tail, a long event) reads as the long look.
+    body = "".join(block.replace("\n", ending) + ending * 2 for block in blocks).encode()
+    for data in (body, body[cut:], body[: len(body) - cut]):
+        for last in (True, False):
+            assert edge_event_type(data, last=last) == edge_scan(data, last=last)
 
 
 names = st.one_of(
