@@ -5,7 +5,10 @@ from the ``sys.stdout`` in force (``capsys``), as the integrations' tests read t
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -70,18 +73,27 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 class Lines:
     """What the face wrote to ``sys.stdout`` so far, read as it comes (the server is a thread).
-    Each line is parsed once: an endless stream writes a hundred lines a second, and parsing
-    them all again at every look took the GIL from the server thread that was to notice the
-    client leave (a 30 s wait once ran out on a machine running three suites)."""
+
+    Read without taking: ``capsys.readouterr()`` reads the capture and then empties it, two
+    steps, and a line the server thread writes between them is lost (a 30 s wait for the abort
+    once ran out on a machine running three suites: the abort line had gone that way). So the
+    capture's bytes are copied whole, one call that no write can split, and only those past the
+    last look are new. Each line is parsed once: an endless stream writes a hundred lines a
+    second, and parsing them all again at every look took the GIL from the server thread."""
 
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
+        del capsys  # asked for so that ``sys.stdout`` is its capture while the test runs
         self.text = ""  # all of it, as written
+        self.seen = 0  # bytes of the capture already looked at
         self.rest = ""  # a line not yet ended
         self.envelopes: list[dict[str, Any]] = []
 
     def of(self, test_id: str) -> list[dict[str, Any]]:
-        out = self.capsys.readouterr().out
+        captured = sys.stdout.buffer
+        assert isinstance(captured, io.BytesIO), "Lines reads capsys's capture of sys.stdout"
+        written = captured.getvalue()
+        out = written[self.seen :].decode()  # cut between two writes, each whole UTF-8
+        self.seen = len(written)
         self.text += out
         *lines, self.rest = (self.rest + out).split("\n")
         self.envelopes += [json.loads(line[7:]) for line in lines if line.startswith("CVDIAG {")]
@@ -156,3 +168,64 @@ def test_a_test_id_that_is_no_uuid7_is_replaced(
     assert minted != "d4-run-7"
     assert minted[14] == "7"  # a UUIDv7
     assert Lines(capsys).until(minted, "backend.response.complete")
+
+
+def test_lines_lose_no_line_a_thread_writes_while_they_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The server thread writes while the test looks: every line it wrote is read. A capture
+    read and then emptied (``capsys.readouterr()``) loses the lines written between the two, and
+    with the interpreter switching threads as often as it can, some of these land there."""
+    test_id = "0190a9c0-1a2b-7c3d-8e4f-5a6b7c8d9e04"
+    count = 200_000
+    written = threading.Event()
+
+    def server_thread() -> None:
+        for i in range(count):
+            sys.stdout.write(f'CVDIAG {{"test_id": "{test_id}", "boundary": "b{i}"}}\n')
+        written.set()
+
+    lines = Lines(capsys)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    writer = threading.Thread(target=server_thread)
+    writer.start()
+    try:
+        while not written.is_set():
+            lines.of(test_id)
+    finally:
+        writer.join()
+        sys.setswitchinterval(interval)
+    assert [e["boundary"] for e in lines.of(test_id)] == [f"b{i}" for i in range(count)]
+
+
+def test_a_line_written_as_lines_read_the_capture_is_kept(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure above made certain: the server's line lands the moment the capture has been
+    read. ``capsys.readouterr()`` reads it (its ``getvalue``) and then empties it, and the line
+    that came between is gone; ``Lines`` never empties it. A reader that does not go through
+    ``getvalue`` gets the line written after its look instead, and finds it at the next."""
+    test_id = "0190a9c0-1a2b-7c3d-8e4f-5a6b7c8d9e05"
+    arrived: list[str] = []
+
+    def line(boundary: str) -> None:
+        arrived.append(boundary)
+        sys.stdout.write(f'CVDIAG {{"test_id": "{test_id}", "boundary": "{boundary}"}}\n')
+
+    capture: Any = type(sys.stdout)  # capsys's CaptureIO
+    read = capture.getvalue
+
+    def read_then_a_line_lands(self: Any) -> str:
+        value: str = read(self)
+        if not arrived[1:]:
+            line("backend.sse.aborted")
+        return value
+
+    monkeypatch.setattr(capture, "getvalue", read_then_a_line_lands)
+    line("backend.sse.event")
+    lines = Lines(capsys)
+    lines.of(test_id)
+    if not arrived[1:]:  # the look read no ``getvalue``: the line lands right after it
+        line("backend.sse.aborted")
+    assert [e["boundary"] for e in lines.of(test_id)] == arrived
