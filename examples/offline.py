@@ -18,6 +18,7 @@ import dataclasses
 import io
 import json
 import os
+import random
 import shlex
 import signal
 import socket
@@ -90,11 +91,28 @@ class Unavailable(Exception):
     """The example cannot run here (a missing package, a server that does not start)."""
 
 
+#: Where ``free_port`` picks: below Linux's ephemeral range (32768-60999), from which the kernel
+#: hands ports to port-0 servers and to clients' ends of connections. A port the kernel handed
+#: out could be taken by any of those between the pick and the app's own bind: the app then
+#: failed to start while the readiness probe reached another server (seen with three test
+#: suites on two cores). Here only another pick can collide.
+_PICKED = range(20_000, 32_000)
+#: A source of its own: the ``random`` module's state may be a test's (hypothesis seeds it).
+_PICKER = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port for a server that must be told its port before it starts (the example's
+    app, a process of its own)."""
+    for _ in range(100):
+        port = _PICKER.choice(_PICKED)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise Unavailable("no free port in 20000-31999")
 
 
 def _envelopes(log: Path) -> list[dict[str, Any]]:

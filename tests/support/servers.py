@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from cvdiag.cli.demo import serve
+from examples.offline import free_port as offline_free_port
 
 #: The last statement of a host process that a test ends with a signal: it keeps serving in short
 #: sleeps. One long ``time.sleep`` can swallow the signal for its whole length: CPython runs a
@@ -28,28 +28,11 @@ from cvdiag.cli.demo import serve
 KEEP_SERVING = "while True: time.sleep(0.05)"
 
 
-#: Where ``free_port`` picks: below Linux's ephemeral range (32768-60999), from which the kernel
-#: hands ports to port-0 servers and to clients' ends of connections. A port the kernel handed
-#: out could be taken by any of those between the pick and the server's own bind, and the
-#: server's readiness probe then reaches another test's server: with three suites on two cores
-#: a hypercorn test once counted three strangers' requests. Here only another pick can collide.
-_PICKED = range(20_000, 32_000)
-#: A source of its own: the ``random`` module's state is the tests' (hypothesis seeds it).
-_PICKER = random.SystemRandom()
-
-
-def free_port() -> int:
-    """A loopback port for a server that must be told its port before it starts (a process of
-    its own, nginx); servers in a thread bind their own (``bound_socket``)."""
-    for _ in range(100):
-        port = _PICKER.choice(_PICKED)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-31999")
+#: A loopback port for a server that must be told its port before it starts (a process of its
+#: own, nginx), picked below the kernel's ephemeral range (see examples/offline.py: a port the
+#: kernel handed out could be taken by a port-0 server before the test's server bound it, whose
+#: readiness probe then reached another test's server). Servers in a thread bind their own.
+free_port = offline_free_port
 
 
 def bound_socket() -> tuple[socket.socket, int]:
