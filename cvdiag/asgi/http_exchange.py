@@ -74,21 +74,21 @@ class HTTPExchange(HTTPResponseSide):
             # the server's own ``send`` awaited directly, with no coroutine of ours around it.
             # A send failing here is known by its class (uvicorn's ``ClientDisconnected``,
             # Starlette's ``ClientDisconnect``) when it escapes the app.
-            try:
-                body = message.get("body")
-            except AttributeError:  # not a mapping: passed on below, as it came
-                body = None
+            # What servers pass is a dict: read as one, compiled, it is two lookups and no method
+            # call. Any other message (another mapping, or none) is seen below, chunk by chunk.
             # ``type(...) is``, not ``.__class__ is``: one pointer compare when compiled.
-            if (
-                type(body) is bytes
-                and message.get("more_body")
-                and len(body) <= _HOLD_CHUNK
-                and len(held) < _HOLD_CHUNKS
-            ):
-                held.append(body)
-                # The one clock read a held chunk costs: the terminal's ``silence_ms``.
-                self.sent_at = perf_counter()
-                return self._send(message)
+            if type(message) is dict:
+                body = message.get("body")
+                if (
+                    type(body) is bytes
+                    and message.get("more_body")
+                    and len(body) <= _HOLD_CHUNK
+                    and len(held) < _HOLD_CHUNKS
+                ):
+                    held.append(body)
+                    # The one clock read a held chunk costs: the terminal's ``silence_ms``.
+                    self.sent_at = perf_counter()
+                    return self._send(message)
         else:
             try:
                 kind = message.get("type")

@@ -21,7 +21,8 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import DATA_KEEP, TYPE_MAX, SSECounter, SSEParser, json_type
+from cvdiag.asgi.sse import SSECounter, SSEParser
+from cvdiag.asgi.sse_edges import edge_event_type
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.
@@ -35,10 +36,6 @@ _TAIL: Final = 4096
 #: Streams of newline-delimited records: each record is an event, however the bytes are
 #: chunked on the way (a compressor re-chunks them).
 _LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"application/json-seq")
-#: Bytes of an SSE body's end (start) its last (first) event is looked for in first: an AG-UI
-#: or Responses event is rarely longer, and normalizing and splitting 4 KiB at each end was a
-#: fifth of what the default tier costs a 24-event AG-UI stream.
-_EDGE_FIRST: Final = 512
 
 
 class HTTPResponseSide(Exchange):
@@ -237,54 +234,3 @@ class HTTPResponseSide(Exchange):
             self.event_count += data.count(b"\n")
         else:  # held chunks are all mid-stream: each non-empty one is an event
             self.event_count += chunks
-
-
-def edge_event_type(data: bytes, *, last: bool) -> str | None:
-    """The type of the first (or ``last``) whole event at the start (end) of an SSE body, named
-    as ``SSEParser`` names it, or None. Once per stream, at its end: the edge block of the
-    body's first (last) ``_EDGE_FIRST`` bytes, where it is whole there; else ``edge_scan``."""
-    window = data[-_EDGE_FIRST:] if last else data[:_EDGE_FIRST]
-    if b"\r" in window:
-        window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    # A part of the body normalized is that part of the normalized body (a CRLF cut in two
-    # becomes one LF either way), so a block that a terminator closes and one opens (or the
-    # body's start) within it is the block ``edge_scan`` finds in its larger window.
-    pieces = window.rsplit(b"\n\n", 2) if last else window.split(b"\n\n", 1)
-    if len(pieces) == (3 if last else 2):
-        found = _event_type(pieces[1] if last else pieces[0])
-        if found is not None:
-            return found
-    return edge_scan(data, last=last)
-
-
-def edge_scan(data: bytes, *, last: bool) -> str | None:
-    """``edge_event_type`` over the whole window: the edge block first, else every block of
-    4 KiB, then (a long event) of ``DATA_KEEP`` bytes."""
-    for size in (4096, DATA_KEEP):
-        window = data[-size:] if last else data[:size]
-        if b"\r" in window:
-            window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        edge = window.rsplit(b"\n\n", 2)[-2:-1] if last else window.split(b"\n\n", 1)[:-1]
-        found = _event_type(edge[0]) if edge else None
-        if found is not None:
-            return found
-        blocks = window.split(b"\n\n")[:-1]  # the last piece is unfinished
-        for block in reversed(blocks) if last else blocks:
-            found = _event_type(block)
-            if found is not None:
-                return found
-        if len(data) <= size:
-            return None
-    return None
-
-
-def _event_type(block: bytes) -> str | None:
-    fields = [line.partition(b":") for line in block.strip(b"\n").split(b"\n")]
-    values = [v[1:] if v[:1] == b" " else v for n, _, v in fields if n == b"data"]
-    if not values:
-        return None
-    kind = next((v.strip()[:TYPE_MAX] for n, _, v in fields if n == b"event"), b"")
-    if kind:
-        return kind.decode("utf-8", "replace")
-    joined = b"\n".join(values)  # the common ``{"type": "X"`` read first, without a parse
-    return json_type(joined, complete=False) or json_type(joined) or "message"

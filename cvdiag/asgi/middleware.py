@@ -227,11 +227,14 @@ class CvdiagMiddleware:
                     if slug is not None:
                         break
         span_id = new_span_id()
+        trace_id = emitter.new_trace_id()
         # Built as the tuple it is: NamedTuple's keyword __new__ costs four times as much.
         ctx = _new_context(
             (
-                test_id or new_uuid7(),  # test_id
-                emitter.new_trace_id(),  # trace_id
+                # A request no test sent is its own test: its minted trace id is its test id
+                # too (one UUIDv7 minted, not two); an OpenTelemetry trace id is no UUIDv7.
+                test_id or (trace_id if emitter.otel is None else new_uuid7()),
+                trace_id,
                 slug or "unknown",  # slug
                 demo_name(local),  # demo
                 span_id,  # span_id

@@ -22,9 +22,15 @@ NULL_EDGE_HEADERS: Final[Mapping[str, str | None]] = dict.fromkeys(EDGE_HEADER_K
 _MAX_DURATION: Final = 2**53
 
 
+#: A stamp's end (``.mmmZ``) for each millisecond of a second, as text and as bytes: looked up,
+#: not formatted, for each stamp.
+_MILLIS: Final = tuple(f".{ms:03d}Z" for ms in range(1000))
+_MILLIS_BYTES: Final = tuple(millis.encode("ascii") for millis in _MILLIS)
+
+
 class _Clock:
-    """UTC ISO-8601 timestamps with milliseconds, formatted once per millisecond: envelopes come
-    in bursts (a debug-tier stream emits one per event), and a burst shares its stamp."""
+    """UTC ISO-8601 timestamps with milliseconds, made once per millisecond: envelopes come in
+    bursts (a debug-tier stream emits one per event), and a burst shares its stamp."""
 
     __slots__ = ("_bytes", "_ms", "_second", "_text")
 
@@ -32,10 +38,10 @@ class _Clock:
         self._ms = -1
         self._text = ""
         self._bytes = b""
-        #: The second last formatted and its text up to the dot: ``strftime`` once a second,
-        #: since requests a millisecond apart each need a stamp of their own (one tuple, so
-        #: that threads never pair a second with another's text).
-        self._second: tuple[int, str] = (-1, "")
+        #: The second last formatted, and its stamp up to the dot as text and as bytes:
+        #: ``strftime`` once a second, since requests a millisecond apart each need a stamp of
+        #: their own (one tuple, so that threads never pair a second with another's text).
+        self._second: tuple[int, str, bytes] = (-1, "", b"")
 
     def now(self) -> str:
         ms = time.time_ns() // 1_000_000
@@ -44,7 +50,7 @@ class _Clock:
         return self._text
 
     def now_bytes(self) -> bytes:
-        """The same stamp, ASCII-encoded once per millisecond too (for the templates)."""
+        """The same stamp as ASCII bytes (for the templates)."""
         ms = time.time_ns() // 1_000_000
         if ms != self._ms:
             self._tick(ms)
@@ -52,14 +58,14 @@ class _Clock:
 
     def _tick(self, ms: int) -> None:
         second, rest = divmod(ms, 1000)
-        last, prefix = self._second
+        last, prefix, prefix_bytes = self._second
         if second != last:
-            prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
-            self._second = (second, prefix)
-        text = f"{prefix}{rest:03d}Z"
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            prefix_bytes = prefix.encode("ascii")
+            self._second = (second, prefix, prefix_bytes)
         # One tuple swap would be atomic; two attributes raced between threads cost a
         # millisecond's difference at worst, never a malformed stamp.
-        self._text, self._bytes = text, text.encode("ascii")
+        self._text, self._bytes = prefix + _MILLIS[rest], prefix_bytes + _MILLIS_BYTES[rest]
         self._ms = ms
 
 

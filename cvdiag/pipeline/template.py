@@ -16,7 +16,6 @@ which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.a
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from random import getrandbits
 from time import monotonic_ns
@@ -36,6 +35,14 @@ from cvdiag.pipeline.template_forms import (
     EVENT,
     FIRST_BYTE_ONCE,
     INGRESS_ONCE,
+)
+from cvdiag.pipeline.template_values import (
+    NULL_EDGE,
+    edge_json,
+    event_name,
+    known_json,
+    text_json,
+    word,
 )
 from cvdiag.schema.vocabulary import BOUNDARY_TIER
 from cvdiag.scrubbing.redact import scrub_identifier
@@ -65,44 +72,7 @@ _clock_bytes: Final = _envelope.clock_bytes
 _FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
 _COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
 _ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
-_NULL_EDGE: Final = orjson.dumps(_envelope.NULL_EDGE_HEADERS)
-#: The words of the aborted envelope (CVDIAG v1 kinds, cvdiag's causes), JSON once each.
-_WORDS: dict[str, bytes] = {}
 _OUTCOME: Final = {True: b"ok", False: b"err"}
-
-
-def _edge_json(edge: Mapping[str, str | None] | None) -> bytes | None:
-    """The response's edge headers as JSON for a terminal line (all null without a response);
-    None when they cannot be written as is (a lone surrogate: emit escapes the envelope)."""
-    if edge is None:
-        return _NULL_EDGE
-    try:
-        return _envelope.line_safe(orjson.dumps(edge))
-    except orjson.JSONEncodeError:
-        return None
-
-
-def _text_json(value: str) -> bytes:
-    """A string as ``envelope.serialize`` writes it: JSON, line-safe, a lone surrogate (which
-    orjson refuses) as its ``\\udXXX`` text."""
-    try:
-        encoded = orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
-    return encoded if encoded.isascii() else _envelope.line_safe(encoded)
-
-
-@functools.lru_cache(maxsize=256)  # a few protocols' words, repeated by every stream
-def _name(value: str | None) -> bytes:
-    """A stream's first or last event type as closed metadata writes it (an identifier)."""
-    return b"null" if value is None else _text_json(scrub_identifier(value)[: _metadata.NAME_MAX])
-
-
-def _word(word: str) -> bytes:
-    encoded = _WORDS.get(word)
-    if encoded is None:
-        encoded = _WORDS[word] = orjson.dumps(word)
-    return encoded
 
 
 class RequestLines:
@@ -115,13 +85,15 @@ class RequestLines:
         self._emitter = emitter
         self._sinks = sinks
         test_id, trace_id, slug, demo, parent = context
+        test_json = text_json(test_id)
         #: The context's values as JSON, in key order; span_id's slot comes after trace_id.
         self._context = (
-            _text_json(test_id),
-            _text_json(trace_id),
-            b"null" if parent is None else _text_json(parent),
-            _text_json(slug),
-            _text_json(demo),
+            test_json,
+            # A request no test sent has one id for both (cvdiag/asgi/middleware.py).
+            test_json if trace_id is test_id else text_json(trace_id),
+            b"null" if parent is None else text_json(parent),
+            known_json(slug),
+            known_json(demo),
         )
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
@@ -157,7 +129,7 @@ class RequestLines:
         method = _metadata.scrubbed(method, budget)
         path = _metadata.scrubbed(path, budget)
         try:
-            edge_json = _NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
+            edges = NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
         except orjson.JSONEncodeError:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, _, slug, demo = self._context
@@ -166,15 +138,15 @@ class RequestLines:
             % (
                 test_id,
                 trace_id,
-                _text_json(span_id),
+                text_json(span_id),
                 b"null",  # the ingress hangs under no span
                 slug,
                 demo,
                 _clock_bytes(),
                 monotonic_ns(),
-                edge_json,
-                _text_json(method),
-                _text_json(path),
+                edges,
+                text_json(method),
+                text_json(path),
                 b"null" if length is None else b"%d" % length,
             )
         )
@@ -188,7 +160,7 @@ class RequestLines:
         encoded = self._types.get(event_type)
         if encoded is None:
             # Scrubbed like any identifier, then cut, as closed metadata is.
-            encoded = _text_json(scrub_identifier(event_type)[: _metadata.NAME_MAX])
+            encoded = text_json(scrub_identifier(event_type)[: _metadata.NAME_MAX])
             if len(self._types) < _TYPES_HELD:
                 self._types[event_type] = encoded
         return self._write(
@@ -197,7 +169,7 @@ class RequestLines:
                 getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
                 _clock_bytes(),
                 monotonic_ns(),
-                _NULL_EDGE,
+                NULL_EDGE,
                 encoded,
                 size,
                 sequence,
@@ -219,7 +191,7 @@ class RequestLines:
                 demo,
                 _clock_bytes(),
                 monotonic_ns(),
-                _NULL_EDGE,
+                NULL_EDGE,
                 delta_ms,
             )
         )
@@ -235,8 +207,8 @@ class RequestLines:
     ) -> bool:
         if not self._emitter.admits(_COMPLETE_TIER):
             return True
-        edge_json = _edge_json(edge)
-        if edge_json is None:
+        edges = edge_json(edge)
+        if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
@@ -252,12 +224,12 @@ class RequestLines:
                 monotonic_ns(),
                 total_ms,
                 _OUTCOME[100 <= status < 400],
-                edge_json,
+                edges,
                 status,
                 length,
                 total_ms,
                 events,
-                *map(_name, named or ()),
+                *map(event_name, named or ()),
             )
         )
 
@@ -273,8 +245,8 @@ class RequestLines:
     ) -> bool:
         if not self._emitter.admits(_ABORTED_TIER):
             return True
-        edge_json = _edge_json(edge)
-        if edge_json is None:
+        edges = edge_json(edge)
+        if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
         return self._write(
@@ -289,11 +261,11 @@ class RequestLines:
                 _clock_bytes(),
                 monotonic_ns(),
                 duration_ms,
-                edge_json,
-                _word(kind),
+                edges,
+                word(kind),
                 before,
-                _word(cause),
+                word(cause),
                 silence_ms,
-                *map(_name, named or ()),
+                *map(event_name, named or ()),
             )
         )

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import time
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -154,6 +155,38 @@ async def test_a_stream_that_is_not_sse_counts_chunks_below_debug(
     await call(make_app(), http_scope("/chunks"))
     complete = only(list(sink.envelopes), "backend.response.complete")["metadata"]
     assert (complete["sse_event_count"], complete["content_length"]) == (3, 11)
+
+
+@pytest.mark.parametrize("tier", ["default", "debug"])
+async def test_body_messages_that_are_other_mappings_are_counted_as_dicts_are(
+    cvdiag_events: CvdiagEvents, tier: str
+) -> None:
+    # Servers pass dicts, and the hot path reads those alone; a middleware between may pass
+    # another mapping, which is seen chunk by chunk instead: the same count, passed on as is.
+    events = [b'data: {"type":"A"}\n\n', b'data: {"type":"B"}\n\n', b"data: c\n\n"]
+    chunks = [
+        MappingProxyType({"type": "http.response.body", "body": events[0], "more_body": True}),
+        {"type": "http.response.body", "body": events[1], "more_body": True},
+        MappingProxyType({"type": "http.response.body", "body": events[2], "more_body": True}),
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        for chunk in chunks:
+            await send(chunk)
+
+    sink = cvdiag_events(tier)
+    sent = await call(CvdiagMiddleware(app), http_scope("/"))
+    assert all(a is b for a, b in zip(sent[1:], chunks, strict=True))
+    complete = only(list(sink.envelopes), "backend.response.complete")["metadata"]
+    assert (complete["sse_event_count"], complete["content_length"]) == (3, len(b"".join(events)))
 
 
 async def test_events_are_counted_per_event_not_per_chunk(cvdiag_events: CvdiagEvents) -> None:
@@ -495,11 +528,17 @@ async def test_test_id_headers_in_order_and_minted_fallback(cvdiag_events: Cvdia
     await call(app, http_scope("/", [(b"x-test-id", b"second"), (b"x-first", b"first")]))
     await call(app, http_scope("/", [(b"x-test-id", UUID7.upper().encode())]))
     await call(app, http_scope("/"))
-    ids = [e["test_id"] for e in check_all(sink, "default")]
+    envelopes = check_all(sink, "default")
+    ids = [e["test_id"] for e in envelopes]
     assert ids[:2] == ["first", UUID7]
     assert re.fullmatch(
         r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", ids[2]
     )
+    # A request no test sent is its own test: one UUIDv7 minted, its trace id and its test id;
+    # a sent id leaves the trace its own.
+    assert envelopes[2]["trace_id"] == ids[2]
+    assert envelopes[0]["trace_id"] != "first"
+    assert envelopes[1]["trace_id"] != UUID7
 
 
 async def test_each_request_gets_its_own_trace_and_span(cvdiag_events: CvdiagEvents) -> None:

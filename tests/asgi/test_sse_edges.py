@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.asgi.http_response import edge_event_type, edge_scan
 from cvdiag.asgi.sse import SSEParser
+from cvdiag.asgi.sse_edges import edge_event_type, edge_scan
 from cvdiag.core.context import RequestContext
 from tests.pipeline.test_template import _lines, _pair, _same, contexts
 
@@ -54,6 +54,36 @@ def test_the_short_look_at_an_edge_finds_what_the_whole_window_finds(
     # a body cut anywhere at either end (a kept tail, a long event) reads as the long look.
     body = "".join(block.replace("\n", ending) + ending * 2 for block in blocks).encode()
     for data in (body, body[cut:], body[: len(body) - cut]):
+        for last in (True, False):
+            assert edge_event_type(data, last=last) == edge_scan(data, last=last)
+
+
+#: Blocks whose one data line a fast read could take for the whole event: a field after it.
+TRAILED = st.one_of(
+    st.builds(lambda n, m: f"data: {json.dumps({'type': n})}\nevent: {m}", NAMES, NAMES),
+    st.builds(lambda n: f"data: {json.dumps({'type': n})}\ndata: more", NAMES),
+    st.builds(lambda n: f"data: {json.dumps({'type': n})}\n: note", NAMES),
+)
+#: Every way a line can end, and a blank line close a block, with endings mixed in one body.
+BREAKS = st.sampled_from(["\n", "\r\n", "\r"])
+CLOSES = st.sampled_from(["\n\n", "\r\n\r\n", "\r\r", "\r\n\n", "\n\r\n", "\r\r\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(st.tuples(st.one_of(EVENT, TRAILED), BREAKS, CLOSES), max_size=6),
+    cut=st.integers(0, 40),
+)
+def test_mixed_endings_name_what_the_parser_names(
+    blocks: list[tuple[str, str, str]], cut: int
+) -> None:
+    # The one-line read at an edge (sse_edges.edge_line) must see a block that is more than
+    # its data line, and endings that are not all LF or all CRLF, and leave them to the parser.
+    body = "".join(block.replace("\n", br) + close for block, br, close in blocks).encode()
+    events = SSEParser().feed(body)
+    assert edge_event_type(body, last=True) == (events[-1].event_type if events else None)
+    assert edge_event_type(body, last=False) == (events[0].event_type if events else None)
+    for data in (body[cut:], body[: len(body) - cut]):
         for last in (True, False):
             assert edge_event_type(data, last=last) == edge_scan(data, last=last)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,20 @@ def test_request_joins_the_callers_trace_and_scopes_nest(
     assert chat_attributes["gen_ai.usage.output_tokens"] == 42
     # Every envelope of the request carries the OpenTelemetry trace id.
     assert {env["trace_id"] for env in bridge_on.envelopes} == {TRACE_ID}
+
+
+def test_a_request_no_test_sent_mints_a_uuid7_test_id_beside_the_otel_trace(
+    otel: tuple[InMemorySpanExporter, InMemoryMetricReader], bridge_on: MemorySink
+) -> None:
+    # Without the bridge such a request's one minted id is its trace id and its test id; with
+    # it the trace id is OpenTelemetry's, which is no UUIDv7, so the test id is minted apart.
+    with serve_uvicorn(app()) as url:
+        assert httpx.get(f"{url}/chat", headers={"traceparent": TRACEPARENT}).status_code == 200
+    assert {env["trace_id"] for env in bridge_on.envelopes} == {TRACE_ID}
+    (test_id,) = {env["test_id"] for env in bridge_on.envelopes}
+    assert re.fullmatch(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", test_id
+    )
 
 
 def test_boundaries_become_span_events(

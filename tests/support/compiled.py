@@ -25,10 +25,12 @@ REQUEST_PATH = (
     "cvdiag.asgi.look",
     "cvdiag.asgi.middleware",
     "cvdiag.asgi.sse",
+    "cvdiag.asgi.sse_edges",
     "cvdiag.asgi.websocket_exchange",
     "cvdiag.core.context",
     "cvdiag.pipeline.envelope",
     "cvdiag.pipeline.template",
+    "cvdiag.pipeline.template_values",
     "cvdiag.schema.ids",
 )
 EXPECTED = os.environ.get("CVDIAG_EXPECT_COMPILED") == "1"
