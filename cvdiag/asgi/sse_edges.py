@@ -31,8 +31,7 @@ def edge_event_type(data: bytes, *, last: bool) -> str | None:
     if line is not None and line.startswith(b"data:"):
         # One data line and nothing else: its value is the event's whole data.
         return _data_type(line[6:] if line.startswith(b"data: ") else line[5:])
-    if b"\r" in window:
-        window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    window = _lf(window)
     # A part of the body normalized is that part of the normalized body (a CRLF cut in two
     # becomes one LF either way), so a block that a terminator closes and one opens (or the
     # body's start) within it is the block ``edge_scan`` finds in its larger window.
@@ -80,8 +79,7 @@ def edge_scan(data: bytes, *, last: bool) -> str | None:
     4 KiB, then (a long event) of ``DATA_KEEP`` bytes."""
     for size in (4096, DATA_KEEP):
         window = data[-size:] if last else data[:size]
-        if b"\r" in window:
-            window = window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        window = _lf(window)
         edge = window.rsplit(b"\n\n", 2)[-2:-1] if last else window.split(b"\n\n", 1)[:-1]
         found = _event_type(edge[0]) if edge else None
         if found is not None:
@@ -111,3 +109,10 @@ def _data_type(data: bytes) -> str:
     # Parsed whole, as the parser parses a whole event's data: a leading ``{"type": "X"`` read
     # without a parse would name data that is not JSON (a second data line after the object).
     return json_type(data) or "message"
+
+
+def _lf(window: bytes) -> bytes:
+    """The window with CRLF and CR line endings as LF (as ``SSEParser`` reads them)."""
+    if b"\r" in window:
+        return window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return window

@@ -21,8 +21,6 @@ from random import getrandbits
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Final, Protocol
 
-import orjson
-
 from cvdiag.core.context import RequestContext
 from cvdiag.core.guard import record_failure
 from cvdiag.pipeline import envelope as _envelope
@@ -42,10 +40,8 @@ from cvdiag.pipeline.template_values import (
     event_name,
     known_json,
     text_json,
-    word,
 )
 from cvdiag.schema.vocabulary import BOUNDARY_TIER
-from cvdiag.scrubbing.redact import scrub_identifier
 
 if TYPE_CHECKING:
     from cvdiag.schema.vocabulary import Tier
@@ -63,9 +59,6 @@ class Gate(Protocol):
     def admits(self, tier: Tier) -> bool: ...
 
 
-#: Event types one request keeps encoded; a stream of ever-new types is encoded per event.
-_TYPES_HELD: Final = 64
-
 _INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
 _EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
 _clock_bytes: Final = _envelope.clock_bytes
@@ -79,7 +72,7 @@ class RequestLines:
     """One request's envelopes as lines. Each method returns False when ``Emitter.emit`` must
     make the envelope instead (over the byte cap); True when it is written or gated out."""
 
-    __slots__ = ("_context", "_emitter", "_event", "_sinks", "_types")
+    __slots__ = ("_context", "_emitter", "_event", "_sinks")
 
     def __init__(self, emitter: Gate, sinks: tuple[LineSink, ...], context: RequestContext) -> None:
         self._emitter = emitter
@@ -97,7 +90,6 @@ class RequestLines:
         )
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
-        self._types: dict[str, bytes] = {}
 
     def _write(self, line: bytes) -> bool:
         emitter = self._emitter
@@ -128,9 +120,8 @@ class RequestLines:
         budget = _metadata.Budget(emitter.byte_cap * _metadata.SCAN_PER_CAP)
         method = _metadata.scrubbed(method, budget)
         path = _metadata.scrubbed(path, budget)
-        try:
-            edges = NULL_EDGE if edge is None else _envelope.line_safe(orjson.dumps(edge))
-        except orjson.JSONEncodeError:
+        edges = edge_json(edge)
+        if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, _, slug, demo = self._context
         return self._write(
@@ -157,12 +148,6 @@ class RequestLines:
         form = self._event
         if form is None:  # the context becomes constant text: escaped for the second format
             form = self._event = EVENT % tuple(v.replace(b"%", b"%%") for v in self._context)
-        encoded = self._types.get(event_type)
-        if encoded is None:
-            # Scrubbed like any identifier, then cut, as closed metadata is.
-            encoded = text_json(scrub_identifier(event_type)[: _metadata.NAME_MAX])
-            if len(self._types) < _TYPES_HELD:
-                self._types[event_type] = encoded
         return self._write(
             form
             % (
@@ -170,7 +155,8 @@ class RequestLines:
                 _clock_bytes(),
                 monotonic_ns(),
                 NULL_EDGE,
-                encoded,
+                # Scrubbed like any identifier, then cut, as closed metadata is.
+                event_name(event_type),
                 size,
                 sequence,
             )
@@ -262,9 +248,9 @@ class RequestLines:
                 monotonic_ns(),
                 duration_ms,
                 edges,
-                word(kind),
+                known_json(kind),
                 before,
-                word(cause),
+                known_json(cause),
                 silence_ms,
                 *map(event_name, named or ()),
             )

@@ -1,6 +1,6 @@
 """The values a template line takes (cvdiag/pipeline/template.py), as JSON the way the one
 serialize path writes them: strings line-safe, edge headers, event types as identifiers, the
-aborted envelope's words. What repeats (slugs, demo names, protocols' event types, words) is
+aborted envelope's words. What repeats (slugs, demo names, words, protocols' event types) is
 encoded once, in bounded memory.
 """
 
@@ -17,9 +17,7 @@ from cvdiag.pipeline import metadata as _metadata
 from cvdiag.scrubbing.redact import scrub_identifier
 
 NULL_EDGE: Final = orjson.dumps(_envelope.NULL_EDGE_HEADERS)
-#: The words of the aborted envelope (CVDIAG v1 kinds, cvdiag's causes), JSON once each.
-_WORDS: dict[str, bytes] = {}
-#: Slugs and demo names as JSON, the first ``_KNOWN_HELD`` seen (``known_json``).
+#: Slugs, demo names and the aborted envelope's words as JSON, the first ``_KNOWN_HELD`` seen.
 _KNOWN: dict[str, bytes] = {}
 _KNOWN_HELD: Final = 256
 
@@ -46,8 +44,8 @@ def text_json(value: str) -> bytes:
 
 
 def known_json(value: str) -> bytes:
-    """``text_json`` of a slug or a demo name: a service has a few, so the first 256 are kept
-    (a stream of ever-new ones is encoded each time, in bounded memory)."""
+    """``text_json`` of a value a process sees a few of (a slug, a demo name, a v1 kind or a
+    cause): the first 256 are kept (ever-new ones are encoded each time, in bounded memory)."""
     encoded = _KNOWN.get(value)
     if encoded is None:
         encoded = text_json(value)
@@ -56,14 +54,8 @@ def known_json(value: str) -> bytes:
     return encoded
 
 
-@functools.lru_cache(maxsize=256)  # a few protocols' words, repeated by every stream
+@functools.lru_cache(maxsize=256)  # a few protocols' types, repeated by every stream
 def event_name(value: str | None) -> bytes:
-    """A stream's first or last event type as closed metadata writes it (an identifier)."""
+    """An event type as closed metadata writes it (an identifier, scrubbed, then cut): each
+    event's at the debug tier, a stream's first and last on its terminal."""
     return b"null" if value is None else text_json(scrub_identifier(value)[: _metadata.NAME_MAX])
-
-
-def word(text: str) -> bytes:
-    encoded = _WORDS.get(text)
-    if encoded is None:
-        encoded = _WORDS[text] = orjson.dumps(text)
-    return encoded
