@@ -190,7 +190,7 @@ class HTTPResponseSide(Exchange):
         """The types of the SSE body's first and last whole events, read once as it ends."""
         self.settle()
         tail = self.tail
-        if b'"type"' not in tail and b"event:" not in tail:
+        if tail.find(b'"type"') < 0 and tail.find(b"event:") < 0:
             return None, None  # plain ``data:`` events name no protocol: no parse
         last = edge_event_type(tail, last=True)
         if last is None or last == "message":

@@ -227,13 +227,18 @@ class CvdiagMiddleware:
                     if slug is not None:
                         break
         span_id = new_span_id()
-        trace_id = emitter.new_trace_id()
+        if emitter.otel is None:
+            trace_id = new_uuid7()  # as ``Emitter.new_trace_id`` mints it, without its call
+            # A request no test sent is its own test: its trace id is its test id too (one
+            # UUIDv7 minted, not two).
+            own_test_id = test_id or trace_id
+        else:  # the current OpenTelemetry trace's id where there is one: 32 hex, no UUIDv7
+            trace_id = emitter.new_trace_id()
+            own_test_id = test_id or new_uuid7()
         # Built as the tuple it is: NamedTuple's keyword __new__ costs four times as much.
         ctx = _new_context(
             (
-                # A request no test sent is its own test: its minted trace id is its test id
-                # too (one UUIDv7 minted, not two); an OpenTelemetry trace id is no UUIDv7.
-                test_id or (trace_id if emitter.otel is None else new_uuid7()),
+                own_test_id,
                 trace_id,
                 slug or "unknown",  # slug
                 demo_name(local),  # demo

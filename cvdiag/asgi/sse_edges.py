@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from cvdiag.asgi.sse import DATA_KEEP, TYPE_MAX, json_type
+from cvdiag.asgi.sse import CR, DATA_KEEP, LF, TYPE_MAX, json_type
 
 #: Bytes of an SSE body's end (start) its last (first) event is looked for in first: an AG-UI
 #: or Responses event is rarely longer, and normalizing and splitting 4 KiB at each end was a
@@ -71,7 +71,7 @@ def edge_line(window: bytes, *, last: bool) -> bytes | None:
             line = window[: cut - 1]
         else:
             return None
-    return line if b"\r" not in line and b"\n" not in line else None
+    return line if CR not in line and LF not in line else None
 
 
 def edge_scan(data: bytes, *, last: bool) -> str | None:
@@ -113,6 +113,6 @@ def _data_type(data: bytes) -> str:
 
 def _lf(window: bytes) -> bytes:
     """The window with CRLF and CR line endings as LF (as ``SSEParser`` reads them)."""
-    if b"\r" in window:
+    if CR in window:
         return window.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return window

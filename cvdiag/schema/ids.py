@@ -17,9 +17,10 @@ _UUID7: Final = re.compile(
 _NOT_JOIN_KEY: Final = re.compile(r"[^a-z0-9._-]+")
 _NOT_SLUG: Final = re.compile(r"[^a-z0-9-]+")
 _SLUG: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
-#: A UUIDv7's groups: 32 bits of its millisecond, 16 more, the version and its 12-bit counter,
-#: the variant and 14 random bits, 48 random bits.
-_UUID7_TEXT: Final = "%08x-%04x-%04x-%04x-%012x"
+#: Each byte value's two lowercase hex digits. An id is put together from these in one string
+#: build: compiled, that is a third of what ``%``-formatting its five groups costs (each ``%x``
+#: of an ``int`` makes a string of its own), and a request mints one.
+_HEX: Final = tuple(f"{byte:02x}" for byte in range(256))
 TEST_ID_MAX: Final = 128
 #: Inbound values longer than this are not read as ids (a 1 MB header costs no more than a short
 #: one): cut, their end could hold part of a credential no rule recognises any more, and the key
@@ -62,20 +63,25 @@ def new_uuid7() -> str:
 
 def uuid7_text(ms: int, counter: int, rand: int) -> str:
     """The canonical text of the UUIDv7 of 48-bit ``ms``, 12-bit ``counter`` and 62-bit
-    ``rand``: each group formatted from its own bits, with no 128-bit integer built and sliced
-    (that took half of minting an id, and a request without a test id mints two)."""
-    return _UUID7_TEXT % (
-        ms >> 16,
-        ms & 0xFFFF,
-        0x7000 | counter,
-        0x8000 | rand >> 48,
-        rand & 0xFFFF_FFFF_FFFF,
+    ``rand``, a byte at a time: the millisecond's six bytes, the version and the counter, the
+    variant and ``rand``'s top 14 bits, then its low six bytes. No 128-bit integer is built:
+    every value here fits a machine word, so compiled, each byte is a shift, a mask and a lookup."""
+    h = _HEX
+    version = 0x7000 | counter
+    variant = 0x8000 | rand >> 48
+    return (
+        f"{h[ms >> 40 & 255]}{h[ms >> 32 & 255]}{h[ms >> 24 & 255]}{h[ms >> 16 & 255]}"
+        f"-{h[ms >> 8 & 255]}{h[ms & 255]}-{h[version >> 8]}{h[version & 255]}"
+        f"-{h[variant >> 8]}{h[variant & 255]}-{h[rand >> 40 & 255]}{h[rand >> 32 & 255]}"
+        f"{h[rand >> 24 & 255]}{h[rand >> 16 & 255]}{h[rand >> 8 & 255]}{h[rand & 255]}"
     )
 
 
 def new_span_id() -> str:
-    """16 lowercase hex digits, never all zero (OpenTelemetry treats zero as invalid)."""
-    return f"{getrandbits(64) or 1:016x}"
+    """16 lowercase hex digits, never all zero (OpenTelemetry treats zero as invalid).
+
+    ``%`` rather than an f-string's format spec: half the cost, pure or compiled."""
+    return "%016x" % (getrandbits(64) or 1)
 
 
 def _reset_after_fork() -> None:

@@ -25,10 +25,10 @@ def test_minted_ids_are_time_ordered_uuid7() -> None:
 @given(
     ms=st.integers(0, 2**48 - 1), counter=st.integers(0, 2**12 - 1), rand=st.integers(0, 2**62 - 1)
 )
-def test_an_id_is_formatted_group_by_group_as_the_uuid_of_its_bits(
+def test_an_id_is_formatted_byte_by_byte_as_the_uuid_of_its_bits(
     ms: int, counter: int, rand: int
 ) -> None:
-    """Each group is formatted from its own bits: the text is the standard library's for the
+    """Each byte is formatted from its own bits: the text is the standard library's for the
     128-bit value RFC 9562 lays out (its edges included: all zeros, all ones)."""
     value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand
     text = uuid7_text(ms, counter, rand)
