@@ -16,9 +16,9 @@ which cuts it down the truncation ladder. The gate is the emitter's (``Emitter.a
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Mapping
-from random import getrandbits
-from time import monotonic_ns
 from typing import TYPE_CHECKING, Final, Protocol
 
 from cvdiag.core.context import RequestContext
@@ -66,6 +66,9 @@ _FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
 _COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
 _ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
 _OUTCOME: Final = {True: b"ok", False: b"err"}
+#: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
+_getrandbits: Final = random.getrandbits
+_monotonic_ns: Final = time.monotonic_ns
 
 
 class RequestLines:
@@ -134,7 +137,7 @@ class RequestLines:
                 slug,
                 demo,
                 _clock_bytes(),
-                monotonic_ns(),
+                _monotonic_ns(),
                 edges,
                 text_json(method),
                 text_json(path),
@@ -151,9 +154,9 @@ class RequestLines:
         return self._write(
             form
             % (
-                getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
+                _getrandbits(64) or 1,  # a span id as ids.new_span_id mints it, formatted here
                 _clock_bytes(),
-                monotonic_ns(),
+                _monotonic_ns(),
                 NULL_EDGE,
                 # Scrubbed like any identifier, then cut, as closed metadata is.
                 event_name(event_type),
@@ -171,12 +174,12 @@ class RequestLines:
             % (
                 test_id,
                 trace_id,
-                getrandbits(64) or 1,
+                _getrandbits(64) or 1,
                 parent,
                 slug,
                 demo,
                 _clock_bytes(),
-                monotonic_ns(),
+                _monotonic_ns(),
                 NULL_EDGE,
                 delta_ms,
             )
@@ -202,12 +205,12 @@ class RequestLines:
             % (
                 test_id,
                 trace_id,
-                getrandbits(64) or 1,
+                _getrandbits(64) or 1,
                 parent,
                 slug,
                 demo,
                 _clock_bytes(),
-                monotonic_ns(),
+                _monotonic_ns(),
                 total_ms,
                 _OUTCOME[100 <= status < 400],
                 edges,
@@ -240,12 +243,12 @@ class RequestLines:
             % (
                 test_id,
                 trace_id,
-                getrandbits(64) or 1,
+                _getrandbits(64) or 1,
                 parent,
                 slug,
                 demo,
                 _clock_bytes(),
-                monotonic_ns(),
+                _monotonic_ns(),
                 duration_ms,
                 edges,
                 known_json(kind),

@@ -82,6 +82,8 @@ class LoopDrain:
                 self._rest = self._rest[done:]
                 if self._rest:
                     break  # the pipe is full: the rest waits for the next drain
+                if not self._queue and not self.losses.unreported:
+                    break  # all out (the usual end): no second look at the queue
         except OSError as exc:  # a broken pipe: what was taken is lost, and counted
             self._lost(self._rest, exc)
             self._rest = b""
