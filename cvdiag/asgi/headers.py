@@ -28,6 +28,9 @@ _DEMO_CACHE_PATH: Final = 128
 CONTENT_LENGTH: Final = b"content-length"
 CONTENT_TYPE: Final = b"content-type"
 CONTENT_ENCODING: Final = b"content-encoding"
+#: The lengths of the response header names read: a name of any other length is passed over
+#: without being lowercased (a method call, about 600 instructions compiled).
+_READ_LENGTHS: Final = frozenset(map(len, (CONTENT_TYPE, CONTENT_ENCODING, CONTENT_LENGTH, *EDGE)))
 
 
 def header_text(raw: bytes | str, limit: int) -> str:
@@ -82,6 +85,8 @@ def response_facts(
     length: Any = None
     edge: dict[str, str | None] | None = None
     for name, value in headers:
+        if len(name) not in _READ_LENGTHS:
+            continue
         lower = name.lower()
         if lower == CONTENT_TYPE:
             content_type = value
@@ -115,8 +120,9 @@ def with_header(message: Message, name: bytes, value: bytes) -> Message:
     """A copy of the response start (or handshake) ``message`` with ``name: value`` added; the
     message itself when the app set that header already (its own value wins)."""
     headers = list(message.get("headers") or ())
+    size = len(name)
     for key, _ in headers:  # a plain loop: any() over a generator costs twice this
-        if key.lower() == name:
+        if len(key) == size and key.lower() == name:  # lowercased only when it could match
             return message
     headers.append((name, value))
     return {**message, "headers": headers}  # the app's own message stays unchanged
