@@ -220,7 +220,9 @@ class HTTPResponseSide(Exchange):
         if not held:
             return
         data = b"".join(held)
-        chunks = len(held) - held.count(b"")
+        # Held chunks are events one by one only in a body that is neither SSE nor lines: only
+        # there are they compared with b"" (a call each).
+        chunks = len(held) - held.count(b"") if self.counter is None and not self.lines else 0
         held.clear()
         if self.head:
             return

@@ -141,7 +141,7 @@ class Emitter(TierGate):
                     "emit", f"unknown outcome {scrub_head(str(outcome), 32)!r} recorded as info"
                 )
                 outcome = "info"
-            meta, dropped = closed_metadata(boundary, metadata, self._cap)
+            meta, dropped = closed_metadata(boundary, metadata, self.byte_cap)
             env = _envelope.build(
                 boundary,
                 outcome=outcome,
@@ -157,7 +157,7 @@ class Emitter(TierGate):
             if dropped:
                 env["_metadata_dropped"] = True
                 self.metadata_dropped += 1
-            line, env = _envelope.serialize(env, self._cap)
+            line, env = _envelope.serialize(env, self.byte_cap)
             if "_truncated" in env:
                 self.truncated += 1
             self.emitted += 1
@@ -182,7 +182,7 @@ class Emitter(TierGate):
             parent_span_id=None,
             edge_headers=_envelope.NULL_EDGE_HEADERS,
         )
-        return _envelope.serialize(env, self._cap)[0]
+        return _envelope.serialize(env, self.byte_cap)[0]
 
     def flush(self, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout

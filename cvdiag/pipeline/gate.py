@@ -55,20 +55,20 @@ class TierGate:
 
     def _set_tier(self, tier: Tier) -> None:
         self._tier = tier
+        #: Kept as a flag: ``admits`` asks for every line, and ``Tier.DEBUG`` is a lookup on
+        #: the enum class that costs more than the rest of the gate.
+        self._debug = tier is Tier.DEBUG
         cap = BYTE_CAPS[tier]
-        self._cap = cap if self._line_limit is None else min(cap, self._line_limit)
-
-    @property
-    def byte_cap(self) -> int:
-        """The envelope byte cap of the tier in force."""
-        return self._cap
+        #: The envelope byte cap of the tier in force. An attribute, not a property: the
+        #: templates read it for every line, and a property is a Python call each time.
+        self.byte_cap = cap if self._line_limit is None else min(cap, self._line_limit)
 
     def admits(self, tier: Tier) -> bool:
         """The gate: whether an envelope of ``tier`` is written now. At the debug tier every
         envelope spends the budget, and the one that exhausts it is gated again."""
         if tier > self._tier:
             return False
-        if self._tier is Tier.DEBUG and self._spend_debug_budget():
+        if self._debug and self._spend_debug_budget():
             return tier <= self._tier
         return True
 

@@ -52,9 +52,7 @@ class Gate(Protocol):
     """What the templates ask of the emitter (``Emitter`` is one): its gate, its cap, its count."""
 
     emitted: int
-
-    @property
-    def byte_cap(self) -> int: ...
+    byte_cap: int
 
     def admits(self, tier: Tier) -> bool: ...
 
@@ -200,27 +198,26 @@ class RequestLines:
         if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
-        return self._write(
-            (COMPLETE_ONCE if named is None else COMPLETE_NAMED_ONCE)
-            % (
-                test_id,
-                trace_id,
-                _getrandbits(64) or 1,
-                parent,
-                slug,
-                demo,
-                _clock_bytes(),
-                _monotonic_ns(),
-                total_ms,
-                _OUTCOME[100 <= status < 400],
-                edges,
-                status,
-                length,
-                total_ms,
-                events,
-                *map(event_name, named or ()),
-            )
+        values: tuple[object, ...] = (
+            test_id,
+            trace_id,
+            _getrandbits(64) or 1,
+            parent,
+            slug,
+            demo,
+            _clock_bytes(),
+            _monotonic_ns(),
+            total_ms,
+            _OUTCOME[100 <= status < 400],
+            edges,
+            status,
+            length,
+            total_ms,
+            events,
         )
+        if named is None:
+            return self._write(COMPLETE_ONCE % values)
+        return self._write(COMPLETE_NAMED_ONCE % (values + _names_json(named)))
 
     def aborted(
         self,
@@ -238,23 +235,28 @@ class RequestLines:
         if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
         test_id, trace_id, parent, slug, demo = self._context
-        return self._write(
-            (ABORTED_ONCE if named is None else ABORTED_NAMED_ONCE)
-            % (
-                test_id,
-                trace_id,
-                _getrandbits(64) or 1,
-                parent,
-                slug,
-                demo,
-                _clock_bytes(),
-                _monotonic_ns(),
-                duration_ms,
-                edges,
-                known_json(kind),
-                before,
-                known_json(cause),
-                silence_ms,
-                *map(event_name, named or ()),
-            )
+        values: tuple[object, ...] = (
+            test_id,
+            trace_id,
+            _getrandbits(64) or 1,
+            parent,
+            slug,
+            demo,
+            _clock_bytes(),
+            _monotonic_ns(),
+            duration_ms,
+            edges,
+            known_json(kind),
+            before,
+            known_json(cause),
+            silence_ms,
         )
+        if named is None:
+            return self._write(ABORTED_ONCE % values)
+        return self._write(ABORTED_NAMED_ONCE % (values + _names_json(named)))
+
+
+def _names_json(named: tuple[str | None, str]) -> tuple[bytes, bytes]:
+    """A terminal's first and last event types as JSON: one tuple added to its values (a
+    ``*map`` in the values built a list and copied it to a tuple, on every terminal)."""
+    return event_name(named[0]), event_name(named[1])
