@@ -12,8 +12,8 @@ fields are set here too: one ``setup`` call per request, not a chain of them.
 from __future__ import annotations
 
 import os
+import time
 import zlib
-from time import perf_counter
 from typing import Any, Final
 
 from starlette.types import Message
@@ -33,6 +33,8 @@ _SSE_TYPE: Final = b"text/event-stream"
 #: Bytes of an SSE body's start, and at least of its end, kept for its terminal's
 #: ``first_event_type`` and ``last_event_type``.
 _TAIL: Final = 4096
+#: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
+_perf_counter: Final = time.perf_counter
 #: Streams of newline-delimited records: each record is an event, however the bytes are
 #: chunked on the way (a compressor re-chunks them).
 _LINE_TYPES: Final = (b"application/x-ndjson", b"application/jsonl", b"application/json-seq")
@@ -110,7 +112,7 @@ class HTTPResponseSide(Exchange):
 
     def _start(self, message: Message) -> None:
         self.started = True
-        self.sent_at = perf_counter()
+        self.sent_at = _perf_counter()
         self.status = int(message.get("status", 0))
         headers = message.get("headers") or ()
         content_type, encoding, length, edge = response_facts(headers)
@@ -140,7 +142,7 @@ class HTTPResponseSide(Exchange):
         if self.held:
             self.settle()  # what is held was sent before this chunk
         if body and not self.head:
-            self.sent_at = perf_counter()
+            self.sent_at = _perf_counter()
             streaming = more or self.streaming
             if streaming and not self.first_byte_seen:
                 self.first_byte(keepalive=self.allow_first_byte and self._keepalive(body))
