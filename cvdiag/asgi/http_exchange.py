@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import Final
+from typing import Any, Final
 
 from starlette.types import Message
 
@@ -55,9 +55,11 @@ class HTTPExchange(HTTPResponseSide):
             return stashed.hand_on()
         message = await self._receive()
         try:
-            kind = message.get("type")
+            # A dict (what servers pass) is read as one: compiled, lookups and no method call.
+            fields: dict[str, Any] = message if type(message) is dict else dict(message)
+            kind = fields.get("type")
             if kind == "http.request":
-                if not message.get("more_body"):
+                if not fields.get("more_body"):
                     self.request_read = True  # the body's end: the probe may look now
             # After the body is done, uvicorn answers every receive with http.disconnect: not an
             # abort.

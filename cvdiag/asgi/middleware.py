@@ -194,24 +194,27 @@ class CvdiagMiddleware:
         self, scope: Scope, emitter: Emitter, receive: Receive, send: Send
     ) -> HTTPExchange | WebSocketExchange | None:
         """The request's exchange, its context and its ingress; None to pass through."""
-        kind = scope["type"]
+        # Servers pass a dict: read as one, compiled, each read is a dictionary lookup, not a
+        # method call (any other mapping is read from a copy of it).
+        fields: dict[str, Any] = scope if type(scope) is dict else dict(scope)
+        kind = fields["type"]
         if kind == "http":
             cls: type[HTTPExchange | WebSocketExchange] = HTTPExchange
         elif kind == "websocket":
             cls = WebSocketExchange
         else:
             return None  # lifespan and unknown scope types are not ours
-        path = scope.get("path") or "/"
+        path = fields.get("path") or "/"
         # Under a root path (uvicorn --root-path, a mount) scope["path"] includes it; routes,
         # exclusions and the demo name are the app's own path.
-        root = scope.get("root_path")
+        root = fields.get("root_path")
         local = path[len(root) :] or "/" if root and path.startswith(root) else path
         if (self._exclude_exact or self._exclude_patterns) and self._excluded(local):
             return None
         start = time.perf_counter()
         wanted = self._wanted
         found: dict[bytes, Any] = {}  # values as the server hands them: Any, never checked
-        for name, value in scope.get("headers") or ():
+        for name, value in fields.get("headers") or ():
             if name in wanted and name not in found:
                 found[name] = value
         test_id: str | None = None
@@ -259,7 +262,7 @@ class CvdiagMiddleware:
                     edge = dict.fromkeys(EDGE_HEADER_KEYS)
                 edge[key] = edge_value(value)
         if allow_ingress:
-            method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))
+            method = "WEBSOCKET" if kind == "websocket" else str(fields.get("method", ""))
             if len(method) > 32:  # h11 takes any token as a method: scrubbed, then cut
                 method = scrub_head(method, 32)
             path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
@@ -278,7 +281,7 @@ class CvdiagMiddleware:
         exchange = cls(emitter, ctx, receive, send, start, allow_first_byte, allow_events)
         exchange.request_lines = lines
         exchange.edge = edge
-        if isinstance(exchange, HTTPExchange) and scope.get("method") == "HEAD":
+        if isinstance(exchange, HTTPExchange) and fields.get("method") == "HEAD":
             exchange.head = True
         exchange.echo = self._echo
         if test_id is not None:  # a sent id can be adopted by work the request starts elsewhere

@@ -20,6 +20,8 @@ NULL_EDGE: Final = orjson.dumps(_envelope.NULL_EDGE_HEADERS)
 #: Slugs, demo names and the aborted envelope's words as JSON, the first ``_KNOWN_HELD`` seen.
 _KNOWN: dict[str, bytes] = {}
 _KNOWN_HELD: Final = 256
+#: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
+_dumps: Final = orjson.dumps
 
 
 def edge_json(edge: Mapping[str, str | None] | None) -> bytes | None:
@@ -28,7 +30,7 @@ def edge_json(edge: Mapping[str, str | None] | None) -> bytes | None:
     if edge is None:
         return NULL_EDGE
     try:
-        return _envelope.line_safe(orjson.dumps(edge))
+        return _envelope.line_safe(_dumps(edge))
     except orjson.JSONEncodeError:
         return None
 
@@ -37,7 +39,7 @@ def text_json(value: str) -> bytes:
     """A string as ``envelope.serialize`` writes it: JSON, line-safe, a lone surrogate (which
     orjson refuses) as its ``\\udXXX`` text."""
     try:
-        encoded = orjson.dumps(value)
+        encoded = _dumps(value)
     except orjson.JSONEncodeError:
         encoded = orjson.dumps(value.encode("utf-8", "backslashreplace").decode("utf-8"))
     return encoded if encoded.isascii() else _envelope.line_safe(encoded)

@@ -15,7 +15,7 @@ import threading
 
 from cvdiag.core.guard import say
 from cvdiag.sinks.base import PREFIX
-from cvdiag.sinks.descriptor import write_lines, write_some
+from cvdiag.sinks.descriptor import PIPE_BUF, write_lines, write_some
 from cvdiag.sinks.exit_flush import running_loop
 from cvdiag.sinks.losses import Losses
 
@@ -65,7 +65,6 @@ class LoopDrain:
         self._drain_on = None
         if not self._write_lock.acquire(blocking=False):
             return  # the thread is writing, and takes what is queued with it
-        limit = self.atomic_limit()
         try:
             # A burst goes out in slices of at most _LOOP_SLICE lines: a few hundred KiB joined
             # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
@@ -78,7 +77,13 @@ class LoopDrain:
                         break
                     self._rest = PREFIX + _LINE_BREAK.join(lines) + b"\n"
                     self.written += len(lines)
-                done = write_lines(fd, self._rest, limit)
+                data = self._rest
+                # A sink's limit is PIPE_BUF or none: a batch within PIPE_BUF (a burst of a few
+                # lines, the usual one) is one write either way, and only a larger one asks.
+                if len(data) <= PIPE_BUF:
+                    done = write_some(fd, data)
+                else:
+                    done = write_lines(fd, data, self.atomic_limit())
                 self._rest = self._rest[done:]
                 if self._rest:
                     break  # the pipe is full: the rest waits for the next drain
