@@ -221,20 +221,20 @@ class HTTPResponseSide(Exchange):
         held = self.held
         if not held:
             return
-        data = b"".join(held)
-        # Held chunks are events one by one only in a body that is neither SSE nor lines: only
-        # there are they compared with b"" (a call each).
-        chunks = len(held) - held.count(b"") if self.counter is None and not self.lines else 0
-        held.clear()
         if self.head:
+            held.clear()
             return
-        if self.inflate is not None:
+        data = b"".join(held)
+        inflate = self.inflate
+        if inflate is not None:
             data = self._inflated(data)
         self.bytes_sent += len(data)
         if self.counter is not None:
             self._keep_tail(data)
-            self.event_count += self.counter.feed(data)
+            # The chunks as the app sent them, where they are what is counted (not inflated).
+            self.event_count += self.counter.feed_batch(held if inflate is None else None, data)
         elif self.lines:
             self.event_count += data.count(b"\n")
         else:  # held chunks are all mid-stream: each non-empty one is an event
-            self.event_count += chunks
+            self.event_count += len(held) - held.count(b"")
+        held.clear()

@@ -6,7 +6,7 @@ import itertools
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cvdiag.asgi import sse
@@ -260,6 +260,44 @@ def test_a_batch_of_whole_events_counts_as_the_reference(
     expected = len(reference(stream))
     assert count_all([stream]) == expected
     assert count_all([first, stream[len(first) :]]) == expected
+
+
+_HELD_CHUNK = st.one_of(
+    st.builds(lambda v: b"data: " + v + b"\r\n\r\n", _VALUE),  # what sse-starlette sends
+    st.builds(lambda v: b"data:" + v + b"\r\n\r\n", _VALUE),
+    st.builds(lambda v: b"data: " + v + b"\n\n", _VALUE),
+    st.sampled_from(
+        [
+            b"",
+            b"\xef\xbb\xbfdata: 1\r\n\r\n",  # a BOM: only the stream's first one is dropped
+            b"data: 1\r\n\r\ndata: 2\r\n\r\n",  # two events in one chunk
+            b"data: a\rb\r\n\r\n",  # a lone CR is a line break of its own
+            b"data: a\r\n\r\n\r\n",
+            b"data: 1\r\n",  # an event cut in two
+            b": c",  # a comment cut before its end: the next line continues it
+            b"\r\n",
+            b"\r",
+            b"\n",
+            b": ping\r\n\r\n",
+            b"event: x\r\ndata: 1\r\n\r\n",
+            b"data\r\n\r\n",
+            b"id: 7\r\n\r\n",
+        ]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.lists(_HELD_CHUNK, max_size=6), min_size=1, max_size=4))
+@example(batches=[[b": c"], [b"data: 1\r\n\r\n"]])  # held: a comment's line goes on
+def test_held_batches_count_as_the_reference(batches: list[list[bytes]]) -> None:
+    # The default tier hands the counter each batch of held chunks with their bytes joined; a
+    # CRLF batch of single-line events is counted chunk by chunk, anything else fed whole.
+    counter = SSECounter()
+    counted = [counter.feed_batch(batch, b"".join(batch)) for batch in batches]
+    counted.append(counter.feed(b"data: last\n\n"))
+    stream = b"".join(b"".join(batch) for batch in batches) + b"data: last\n\n"
+    assert sum(counted) == len(reference(stream))
 
 
 @patches_internals  # the limits are constants compiled in
