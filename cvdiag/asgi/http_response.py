@@ -21,8 +21,9 @@ from starlette.types import Message
 from cvdiag.asgi.exchange import Exchange
 from cvdiag.asgi.headers import content_length, merged_edge, response_facts
 from cvdiag.asgi.look import Look
-from cvdiag.asgi.sse import SSECounter, SSEParser
+from cvdiag.asgi.sse import SSECounter
 from cvdiag.asgi.sse_edges import edge_event_type
+from cvdiag.asgi.sse_parser import SSEParser
 
 #: zlib window bits per content coding: gzip, and zlib-wrapped deflate. Other codings (br,
 #: zstd) are counted as sent: the standard library cannot read them.

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cvdiag.asgi import sse
-from cvdiag.asgi.sse import SSECounter, SSEEvent, SSEParser, json_type
+from cvdiag.asgi import sse, sse_parser
+from cvdiag.asgi.sse import SSECounter, json_type
+from cvdiag.asgi.sse_parser import SSEEvent, SSEParser
 from tests.support.compiled import patches_internals
 
 # --- a reference: the WHATWG EventSource algorithm over the whole stream at once ---------------
@@ -316,7 +317,8 @@ def test_condensing_keeps_counts_and_sizes_exact(
 def monkeypatch_limits() -> object:
     """Tiny buffers, so that short generated streams exercise the condensing paths."""
     patch = pytest.MonkeyPatch()
-    patch.setattr(sse, "BUFFER_LIMIT", 8)
-    patch.setattr(sse, "DATA_KEEP", 6)
+    for module in (sse, sse_parser):
+        patch.setattr(module, "BUFFER_LIMIT", 8)
+        patch.setattr(module, "DATA_KEEP", 6)
     yield None
     patch.undo()

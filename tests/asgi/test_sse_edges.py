@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvdiag.asgi.sse import SSEParser
 from cvdiag.asgi.sse_edges import edge_event_type, edge_scan
+from cvdiag.asgi.sse_parser import SSEParser
 from cvdiag.core.context import RequestContext
 from tests.pipeline.test_template import _lines, _pair, _same, contexts
 

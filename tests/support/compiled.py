@@ -26,6 +26,7 @@ REQUEST_PATH = (
     "cvdiag.asgi.middleware",
     "cvdiag.asgi.sse",
     "cvdiag.asgi.sse_edges",
+    "cvdiag.asgi.sse_parser",
     "cvdiag.asgi.websocket_exchange",
     "cvdiag.core.context",
     "cvdiag.pipeline.envelope",
