@@ -292,13 +292,25 @@ _HELD_CHUNK = st.one_of(
 @given(batches=st.lists(st.lists(_HELD_CHUNK, max_size=6), min_size=1, max_size=4))
 @example(batches=[[b": c"], [b"data: 1\r\n\r\n"]])  # held: a comment's line goes on
 def test_held_batches_count_as_the_reference(batches: list[list[bytes]]) -> None:
-    # The default tier hands the counter each batch of held chunks with their bytes joined; a
-    # CRLF batch of single-line events is counted chunk by chunk, anything else fed whole.
-    counter = SSECounter()
-    counted = [counter.feed_batch(batch, b"".join(batch)) for batch in batches]
-    counted.append(counter.feed(b"data: last\n\n"))
+    # The default tier hands the counter each batch of held chunks with their bytes joined.
+    # Compiled, a CRLF batch of single-line events is counted chunk by chunk (whole_events),
+    # anything else fed whole; both ways are taken here, whichever build runs.
     stream = b"".join(b"".join(batch) for batch in batches) + b"data: last\n\n"
-    assert sum(counted) == len(reference(stream))
+    expected = len(reference(stream))
+    for chunkwise in (False, True):
+        counter = SSECounter()
+        counted = 0
+        for batch in batches:
+            joined = b"".join(batch)
+            whole = counter.whole_events(batch, joined) if chunkwise else None
+            counted += counter.feed(joined) if whole is None else whole
+        assert counted + counter.feed(b"data: last\n\n") == expected
+    counter = SSECounter()
+    assert (
+        sum(counter.feed_batch(batch, b"".join(batch)) for batch in batches)
+        + counter.feed(b"data: last\n\n")
+        == expected
+    )
 
 
 @patches_internals  # the limits are constants compiled in
