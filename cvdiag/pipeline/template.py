@@ -166,22 +166,7 @@ class RequestLines:
     def first_byte(self, delta_ms: int) -> bool:
         if not self._emitter.admits(_FIRST_BYTE_TIER):
             return True
-        test_id, trace_id, parent, slug, demo = self._context
-        return self._write(
-            FIRST_BYTE_ONCE
-            % (
-                test_id,
-                trace_id,
-                _getrandbits(64) or 1,
-                parent,
-                slug,
-                demo,
-                _clock_bytes(),
-                _monotonic_ns(),
-                NULL_EDGE,
-                delta_ms,
-            )
-        )
+        return self._under_span(FIRST_BYTE_ONCE, (NULL_EDGE, delta_ms))
 
     def complete(
         self,
@@ -197,27 +182,8 @@ class RequestLines:
         edges = edge_json(edge)
         if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
-        test_id, trace_id, parent, slug, demo = self._context
-        values: tuple[object, ...] = (
-            test_id,
-            trace_id,
-            _getrandbits(64) or 1,
-            parent,
-            slug,
-            demo,
-            _clock_bytes(),
-            _monotonic_ns(),
-            total_ms,
-            _OUTCOME[100 <= status < 400],
-            edges,
-            status,
-            length,
-            total_ms,
-            events,
-        )
-        if named is None:
-            return self._write(COMPLETE_ONCE % values)
-        return self._write(COMPLETE_NAMED_ONCE % (values + _names_json(named)))
+        values = (total_ms, _OUTCOME[100 <= status < 400], edges, status, length, total_ms, events)
+        return self._terminal(COMPLETE_ONCE, COMPLETE_NAMED_ONCE, values, named)
 
     def aborted(
         self,
@@ -234,8 +200,36 @@ class RequestLines:
         edges = edge_json(edge)
         if edges is None:
             return False  # a lone surrogate: emit escapes the whole envelope
+        values = (
+            duration_ms,
+            edges,
+            known_json(kind),
+            before,
+            known_json(cause),
+            silence_ms,
+        )
+        return self._terminal(ABORTED_ONCE, ABORTED_NAMED_ONCE, values, named)
+
+    def _terminal(
+        self,
+        form: bytes,
+        named_form: bytes,
+        values: tuple[object, ...],
+        named: tuple[str | None, str] | None,
+    ) -> bool:
+        """A terminal's line: ``values``, and the stream's first and last event types where it
+        named a protocol (``named_form``)."""
+        if named is None:
+            return self._under_span(form, values)
+        names = (event_name(named[0]), event_name(named[1]))
+        return self._under_span(named_form, values + names)
+
+    def _under_span(self, form: bytes, values: tuple[object, ...]) -> bool:
+        """A line under the request's span: ``form`` filled with what every such line opens
+        with (the context, a fresh span id as ``ids.new_span_id`` mints it and the template
+        formats it, the stamp, the clock), then ``values``."""
         test_id, trace_id, parent, slug, demo = self._context
-        values: tuple[object, ...] = (
+        opening = (
             test_id,
             trace_id,
             _getrandbits(64) or 1,
@@ -244,19 +238,5 @@ class RequestLines:
             demo,
             _clock_bytes(),
             _monotonic_ns(),
-            duration_ms,
-            edges,
-            known_json(kind),
-            before,
-            known_json(cause),
-            silence_ms,
         )
-        if named is None:
-            return self._write(ABORTED_ONCE % values)
-        return self._write(ABORTED_NAMED_ONCE % (values + _names_json(named)))
-
-
-def _names_json(named: tuple[str | None, str]) -> tuple[bytes, bytes]:
-    """A terminal's first and last event types as JSON: one tuple added to its values (a
-    ``*map`` in the values built a list and copied it to a tuple, on every terminal)."""
-    return event_name(named[0]), event_name(named[1])
+        return self._write(form % (opening + values))
