@@ -26,7 +26,7 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics as M
 from opentelemetry.semconv.attributes import error_attributes as E
 from opentelemetry.trace import SpanKind
 
-from cvdiag import MemorySink, Settings, configure, instrument_httpx
+from cvdiag import MemorySink, Settings, configure, instrument_httpx, llm_call
 from cvdiag.otel.instruments import streaming_times
 from examples.fake_provider import FakeProvider
 from tests.support.otel import sdk
@@ -120,6 +120,8 @@ def test_a_streamed_chat_records_both_with_the_duration_metrics_attributes(
     assert list(to_first.explicit_bounds) == ADVISED
     assert list(per_chunk.explicit_bounds) == ADVISED
     assert list(duration.explicit_bounds) == ADVISED
+    usage = found[M.GEN_AI_CLIENT_TOKEN_USAGE]
+    assert {tuple(p.explicit_bounds) for p in usage} == {tuple(4.0**k for k in range(14))}
     # The span's attribute and the metric are one measurement.
     assert to_first.sum == span_attributes(exporter)[G.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
     assert 0.0 <= to_first.sum <= duration.sum
@@ -144,6 +146,20 @@ def test_an_anthropic_stream_records_both(
     (per_chunk,) = found[PER_CHUNK]
     assert duration.attributes[G.GEN_AI_PROVIDER_NAME] == "anthropic"
     assert dict(to_first.attributes) == dict(per_chunk.attributes) == dict(duration.attributes)
+
+
+def test_a_hand_written_stream_records_both(reader: InMemoryMetricReader) -> None:
+    """A stream cvdiag does not see, told by hand: the first chunk, then the token count."""
+    with llm_call("my-gateway", "my-model") as call:
+        call.mark_first_chunk()
+        call.record_response(3)
+    found = recorded(reader)
+    (duration,) = found[DURATION]
+    (to_first,) = found[TO_FIRST]
+    (per_chunk,) = found[PER_CHUNK]
+    assert duration.attributes[G.GEN_AI_PROVIDER_NAME] == "my-gateway"
+    assert dict(to_first.attributes) == dict(per_chunk.attributes) == dict(duration.attributes)
+    assert math.isclose(per_chunk.sum, (duration.sum - to_first.sum) / 2, abs_tol=1e-12)
 
 
 @pytest.mark.parametrize("api", ["chat", "messages"])
