@@ -86,6 +86,7 @@ SLOW = (
     "tests/e2e/test_nginx_real.py",  # real nginx in front of uvicorn
     "tests/otel/test_bridge.py",
     "tests/otel/test_startup_line.py",  # a fresh process per case
+    "tests/otel/test_streaming_metrics.py",  # the fake provider on uvicorn
     "tests/sinks/test_process_lifecycle.py",
     "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
     "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server

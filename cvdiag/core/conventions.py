@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Final
+from typing import Final, NamedTuple
 
-__all__ = ["SEMCONV_PACKAGE", "fallbacks_used", "metric_names"]
+__all__ = ["SEMCONV_PACKAGE", "MetricNames", "fallbacks_used", "metric_names"]
 
 
 def _module(name: str) -> ModuleType | None:
@@ -84,21 +84,56 @@ SERVER_ADDRESS: Final = _name(_SERVER, "SERVER_ADDRESS", "server.address")
 SERVER_PORT: Final = _name(_SERVER, "SERVER_PORT", "server.port")
 ERROR_TYPE: Final = _name(_ERROR, "ERROR_TYPE", "error.type")
 
-# --- metric names --------------------------------------------------------------------------------
+# --- metrics ------------------------------------------------------------------------------------
+
+#: The GenAI semantic conventions the metric fallbacks and bucket boundaries below come from: the
+#: streaming histograms were added in semantic-conventions v1.41.0 (status Development), and the
+#: GenAI conventions have since moved to their own repository, open-telemetry/
+#: semantic-conventions-genai, whose ``gen-ai-metrics.md`` still defines them the same way. The
+#: package marks its GenAI constants deprecated ("moved") but still publishes them; a release that
+#: drops them falls back here, one name at a time.
+GENAI_METRICS_VERSION: Final = "semantic-conventions v1.41.0 (GenAI, Development)"
 
 
-def metric_names() -> tuple[str, str]:
-    """``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage``.
+class MetricNames(NamedTuple):
+    """The GenAI client metrics cvdiag records, by their convention names."""
+
+    duration: str
+    token_usage: str
+    time_to_first_chunk: str
+    time_per_output_chunk: str
+
+
+def metric_names() -> MetricNames:
+    """``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage`` and the two streaming
+    histograms, ``gen_ai.client.operation.time_to_first_chunk`` and ``…time_per_output_chunk``.
 
     Read when the bridge starts, not at import: the package's metrics module imports
     ``opentelemetry.metrics``, which an instrumented client with the bridge off never needs.
     """
     module = _module("opentelemetry.semconv._incubating.metrics.gen_ai_metrics")
-    return (
+    return MetricNames(
         _name(module, "GEN_AI_CLIENT_OPERATION_DURATION", "gen_ai.client.operation.duration"),
         _name(module, "GEN_AI_CLIENT_TOKEN_USAGE", "gen_ai.client.token.usage"),
+        _name(
+            module,
+            "GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK",
+            "gen_ai.client.operation.time_to_first_chunk",
+        ),
+        _name(
+            module,
+            "GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK",
+            "gen_ai.client.operation.time_per_output_chunk",
+        ),
     )
 
+
+#: The explicit bucket boundaries the conventions advise (``SHOULD``) for the duration and the two
+#: streaming histograms — seconds doubling from 10 ms to 81.92 s — and for token usage — powers of
+#: four from 1 to 4**13. The package publishes no boundaries, so they are made here, from the
+#: conventions ``GENAI_METRICS_VERSION`` names (doubling a float is exact: 0.01 * 8 is 0.08).
+SECONDS_BUCKETS: Final = tuple(0.01 * 2**k for k in range(14))
+TOKEN_BUCKETS: Final = tuple(float(4**k) for k in range(14))
 
 # --- well-known values ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from cvdiag.core import conventions as sc
 from cvdiag.core.guard import record_failure, say
 from cvdiag.otel import genai as otel_genai
+from cvdiag.otel.instruments import Instruments
 from cvdiag.scrubbing.redact import scrub, scrub_identifier
 
 if TYPE_CHECKING:
@@ -79,7 +80,8 @@ def trace_id_of_current_span() -> str | None:
 
 
 class OtelBridge:
-    """Spans for requests, agents and LLM calls; metrics for LLM calls and aborted streams."""
+    """Spans for requests, agents and LLM calls; metrics for LLM calls (duration, tokens and, for
+    a stream, time to first chunk and per output chunk) and aborted streams."""
 
     def __init__(self) -> None:
         from cvdiag.core.version import __version__
@@ -87,23 +89,7 @@ class OtelBridge:
         self._check_at_first_request = False  # the startup line did not claim export
 
         self._tracer = trace.get_tracer(_SCOPE, __version__)
-        meter = metrics.get_meter(_SCOPE, __version__)
-        duration, token_usage = sc.metric_names()
-        self._duration = meter.create_histogram(
-            duration,
-            unit="s",
-            description="GenAI operation duration",
-        )
-        self._tokens = meter.create_histogram(
-            token_usage,
-            unit="{token}",
-            description="Number of input and output tokens used",
-        )
-        self._aborted = meter.create_counter(
-            "cvdiag.stream.aborted",
-            unit="{stream}",
-            description="Streams that ended before their body was complete, by termination_kind",
-        )
+        self._instruments = Instruments(metrics.get_meter(_SCOPE, __version__))
 
     @staticmethod
     def current_trace_id() -> str | None:
@@ -219,10 +205,7 @@ class OtelBridge:
     ) -> None:
         """The call's metrics, and its span's closing attributes; ends the span."""
         try:
-            attributes = otel_genai.metric_attributes(call, error_class)
-            self._duration.record(seconds, attributes)
-            for token_type, count in otel_genai.tokens(call).items():
-                self._tokens.record(count, {**attributes, sc.GEN_AI_TOKEN_TYPE: token_type})
+            self._instruments.record_call(call, seconds, error_class)
         except Exception as exc:  # a failing metric reader costs the metric, not the span
             record_failure("otel", exc)
         if span is None:
@@ -234,7 +217,7 @@ class OtelBridge:
         span.end()
 
     def record_abort(self, termination_kind: str) -> None:
-        self._aborted.add(1, {"termination_kind": termination_kind})
+        self._instruments.record_abort(termination_kind)
 
 
 class _ScopeHeaders(Getter[Mapping[str, Any]]):
