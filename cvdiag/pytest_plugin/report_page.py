@@ -10,8 +10,8 @@ attributes to the controller, which alone writes — one page at PATH whatever t
 workers, and no shared folder needed (remote workers too).
 
 With ``--cvdiag-backend-log`` the page also draws the backend's stories of the tests' forwarded
-test ids (``cvdiag.pytest_runs``), and it knows the tests: each one's outcome (flaky when it
-failed and then passed on a rerun), failure text and attempts, counted by outcome.
+test ids (``backend_log``), and it knows the tests: each one's outcome (flaky when it failed
+and then passed on a rerun), failure text and attempts, counted by outcome.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 if TYPE_CHECKING:  # imported when the page is written: every pytest run loads this module
-    from cvdiag.pytest_runs import Recorder
+    from cvdiag.pytest_plugin.attempts import Recorder
     from cvdiag.report import Report
 
 #: The failure report's section that names the page.
@@ -81,7 +81,7 @@ def configure(config: pytest.Config) -> None:
     options = Options(path, every, None if timeout is None else float(timeout))
     config.stash[_OPTIONS_KEY] = options
     if not hasattr(config, "workerinput"):  # an xdist worker ships its lines instead
-        from cvdiag.pytest_runs import RECORDER_KEY
+        from cvdiag.pytest_plugin.attempts import RECORDER_KEY
 
         collector = Collector(options, lambda: config.stash.get(RECORDER_KEY, None))
         config.stash[_COLLECTOR_KEY] = collector
@@ -178,7 +178,7 @@ class Collector:
         """Write the page before the terminal shows the failures, so their sections can name
         each test's anchor in it."""
         from cvdiag.diagnosis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
-        from cvdiag.pytest_backend import expand
+        from cvdiag.pytest_plugin.backend_log import expand
         from cvdiag.report import gather
         from cvdiag.runs.cases import drawn_ids, labels
 
