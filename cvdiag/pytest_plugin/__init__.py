@@ -1,15 +1,16 @@
 """The pytest integration, one part: the ``cvdiag_events`` and ``cvdiag_test_id`` fixtures, the
 ``cvdiag`` marker and the plugin's options (``--cvdiag-log``, ``--cvdiag-report``,
-``--cvdiag-backend-log``).
+``--cvdiag-backend-log``, ``--cvdiag-probe-log``).
 
 Registered through the ``pytest11`` entry point ``cvdiag.pytest_plugin`` (this face), so
 installing cvdiag is enough; ``-p cvdiag.pytest_plugin`` loads it by hand. Its modules:
 ``events`` (the in-memory capture), ``attempts`` (the forwarded test id; the session's tests and
-attempts), ``backend_log`` (a backend's own log read for those ids) and ``report_page`` (the
-session's page). It sits on top: no part imports it.
+attempts), ``backend_log`` (a backend's own log read for those ids), ``report_page`` (the session's
+page) and ``probe_log`` (what the tests' clients saw, written by ``cvdiag.probe``). It sits on
+top: no part imports it.
 
-May import: cvdiag.core, cvdiag.diagnosis, cvdiag.logs, cvdiag.pipeline, cvdiag.report,
-cvdiag.runs, cvdiag.schema, cvdiag.sinks.
+May import: cvdiag.core, cvdiag.diagnosis, cvdiag.logs, cvdiag.pipeline, cvdiag.probe,
+cvdiag.report, cvdiag.runs, cvdiag.schema, cvdiag.sinks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Generator
 
 import pytest
 
-from cvdiag.pytest_plugin import attempts, report_page
+from cvdiag.pytest_plugin import attempts, probe_log, report_page
 from cvdiag.pytest_plugin.attempts import RECORDER_KEY, ForwardedTestId, cvdiag_test_id
 from cvdiag.pytest_plugin.events import EVENTS_KEY, LOG_KEY, CvdiagEvents, cvdiag_events, replay
 from cvdiag.sinks import FileSink
@@ -69,6 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "report's)",
     )
     report_page.add_options(group)
+    probe_log.add_options(group)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
         recorder = attempts.Recorder(backend, attempts.root_of(config), wait)
         config.stash[RECORDER_KEY] = recorder
         config.pluginmanager.register(recorder, "cvdiag-runs")
+    probe_log.configure(config)
     report_page.configure(config)
 
 
@@ -114,7 +117,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     sink = config.stash.get(LOG_KEY, None)
     if sink is not None:
         sink.close()
+    probe_log.unconfigure(config)
     report_page.unconfigure(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures: its requests from now on are its own (the probe)."""
+    probe_log.begin(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -124,6 +134,7 @@ def pytest_runtest_makereport(
     """Add the replay of what a failed test emitted to its report (and, with
     ``--cvdiag-report``, where the page shows it)."""
     report = yield
+    probe_log.on_report(item, call.when, report)  # first: the test ids it sent go with it
     if _recording(item.config):  # in an xdist worker too: the controller records
         attempts.ship(item, report)
     events = item.stash.get(EVENTS_KEY, None)

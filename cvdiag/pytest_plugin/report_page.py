@@ -82,8 +82,13 @@ def configure(config: pytest.Config) -> None:
     config.stash[_OPTIONS_KEY] = options
     if not hasattr(config, "workerinput"):  # an xdist worker ships its lines instead
         from cvdiag.pytest_plugin.attempts import RECORDER_KEY
+        from cvdiag.pytest_plugin.probe_log import PATH_KEY
 
-        collector = Collector(options, lambda: config.stash.get(RECORDER_KEY, None))
+        collector = Collector(
+            options,
+            lambda: config.stash.get(RECORDER_KEY, None),
+            lambda: config.stash.get(PATH_KEY, None),
+        )
         config.stash[_COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cvdiag-report")
 
@@ -127,9 +132,15 @@ class Collector:
     beside the page, then the page, with the backend's stories and the session's tests (from
     the ``Recorder``). Registered as a plugin only when ``--cvdiag-report`` is given."""
 
-    def __init__(self, options: Options, recorder: Callable[[], Recorder | None]) -> None:
+    def __init__(
+        self,
+        options: Options,
+        recorder: Callable[[], Recorder | None],
+        probe: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.options = options
         self._recorder = recorder
+        self._probe = probe
         # Beside the page, and kept: the page's evidence names the log it read. Where the
         # page's folder cannot be made, a temporary log keeps the run going; the page's own
         # write then fails, and says so.
@@ -187,6 +198,10 @@ class Collector:
         cases = recorder.all_cases() if recorder is not None else []
         backend = expand(recorder.backend, recorder.root) if recorder is not None else []
         backend = [name for name in backend if os.path.isfile(name)]  # the recorder said why
+        # What the tests' clients saw (--cvdiag-probe-log), read beside the backend's lines.
+        probe = self._probe()
+        if probe is not None and os.path.isfile(probe) and probe not in backend:
+            backend.append(probe)
         # The backend's log holds other runs' and other tests' ids: only this session's.
         wanted = {test_id for case in cases for test_id in case.test_ids()}
         if not self.options.every:

@@ -30,6 +30,7 @@ REQUEST_PATH = (
     "core",
     "otel",
     "outbound",
+    "probe",
     "pipeline",
     "schema",
     "scopes",
