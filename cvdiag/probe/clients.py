@@ -7,8 +7,9 @@ That method sends one request (each redirect is one) and returns once the respon
 arrived, its body not yet read: the one place that sees the send, the head, a failure before
 the head, and the body's stream, which is wrapped in a stream of the library's own class to see
 its chunks and how it ended. A request made inside a backend's request in this process (an
-in-process app's own outbound call, which forwards the test id too) belongs to the backend's
-story, not the client's: it is left alone.
+in-process app's own outbound call, which forwards the test id too), or while a recorded
+request waits for its head in the same context (an ``ASGITransport`` app's own call with
+cvdiag's middleware off) belongs to the backend's story, not the client's: it is left alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, Final
 
 from cvdiag.core.context import _CURRENT
@@ -34,6 +36,9 @@ _writer: ProbeWriter | None = None
 _outer: list[ProbeWriter | None] = []
 #: (class, its own method) for each class patched, to put back.
 _patched: list[tuple[type, Any]] = []
+#: Set while a recorded request waits for its head: a request sent under it is the in-process
+#: app's own (``ASGITransport`` runs the app in the client's context), not the test's.
+_SENDING: ContextVar[bool] = ContextVar("cvdiag_probe_sending", default=False)
 
 
 def install(writer: ProbeWriter) -> list[str]:
@@ -81,7 +86,7 @@ def _patch(cls: type, hook: Callable[..., Any]) -> None:
 def _observe(request: Any) -> Observed | None:
     """The request's observation, or None when it is not the test's to record."""
     writer = _writer
-    if writer is None or not writer.active or _CURRENT.get() is not None:
+    if writer is None or not writer.active or _CURRENT.get() is not None or _SENDING.get():
         return None
     try:
         raw = next((value for key, value in request.headers.raw if key.lower() == HEADER), None)
@@ -100,11 +105,14 @@ def _sync_hook(original: Callable[..., Any], stream_class: type) -> Callable[...
         observed = _observe(request)
         if observed is None:
             return original(self, request)
+        token = _SENDING.set(True)
         try:
             response = original(self, request)
         except BaseException as exc:
             observed.failed(exc, head=False)
             raise
+        finally:
+            _SENDING.reset(token)
         _follow(response, observed, stream_class)
         return response
 
@@ -117,11 +125,14 @@ def _async_hook(original: Callable[..., Any], stream_class: type) -> Callable[..
         observed = _observe(request)
         if observed is None:
             return await original(self, request)
+        token = _SENDING.set(True)
         try:
             response = await original(self, request)
         except BaseException as exc:
             observed.failed(exc, head=False)
             raise
+        finally:
+            _SENDING.reset(token)
         _follow(response, observed, stream_class)
         return response
 
