@@ -207,10 +207,13 @@ class Collector:
         if not self.options.every:
             wanted &= drawn_ids(cases)
         only = frozenset(wanted | set(self._nodes_of)) if backend else None
+        # No test id of this session to draw from them: the other logs are not read at all
+        # (an empty filter would read every test id in them).
+        extra = backend if only else []
         timeout = self.options.first_token_timeout
         try:
             found = gather(
-                [self._log_path, *backend],
+                [self._log_path, *extra],
                 every=True,
                 only=only,
                 draw=drawn_ids(cases),
