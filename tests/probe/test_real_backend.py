@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ import pytest
 
 from cvdiag.schema.ids import new_uuid7
 from tests.probe.conftest import Probe, free_port
+from tests.support.cli import cvdiag
 
 CLIENTS = [
     pytest.param(library, mode, id=f"{library}-{mode}")
@@ -214,3 +216,32 @@ def test_the_probes_test_id_is_the_backends(probe: Probe, backend: tuple[str, An
         time.sleep(0.05)
     assert send["test_id"] == raw.lower()
     assert send["test_id"] in backend_ids
+
+
+def test_the_commands_read_a_log_holding_both_layers(
+    probe: Probe, backend: tuple[str, Any], tmp_path: Path
+) -> None:
+    """``replay``, ``classify``, ``ls`` and ``validate`` read the backend's lines and the
+    probe's in one log, in any order, without an error (how they join them is theirs)."""
+    url, log = backend
+    test_id = new_uuid7()
+    assert type(fetch("httpx", "sync", f"{url}/late?s=1", test_id, timeout=0.2)).__name__ == (
+        "ReadTimeout"
+    )
+    probe.end("failed")
+    mine: list[bytes] = []
+    for _ in range(400):  # the backend's terminal comes once its late answer is written
+        mine = [line for line in log.read_bytes().splitlines() if test_id.encode() in line]
+        if any(b"backend.response.complete" in line or b"sse.aborted" in line for line in mine):
+            break
+        time.sleep(0.05)
+    both = tmp_path / "both.log"
+    both.write_bytes(b"\n".join([*probe.path.read_bytes().splitlines(), *mine]) + b"\n")
+    replay = cvdiag("replay", test_id, str(both))
+    assert replay.returncode == 0, replay.stderr
+    assert "probe.network.error" in replay.stdout
+    assert "backend.request.ingress" in replay.stdout
+    for command in (("classify", test_id), ("ls",), ("validate",)):
+        done = cvdiag(*command, str(both))
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
