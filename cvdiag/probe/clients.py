@@ -141,6 +141,9 @@ def _async_hook(original: Callable[..., Any], stream_class: type) -> Callable[..
 
 def _follow(response: Any, observed: Observed, stream_class: type) -> None:
     observed.head(response)
+    if getattr(response, "is_closed", False):  # read by its transport already: nothing to follow
+        observed.complete()
+        return
     try:
         response.stream = stream_class(response.stream, observed)
     except Exception as exc:

@@ -13,6 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# httpx and httpx2 import their transports' cores lazily, at a client's first connection. A
+# pytester session run in this process before these tests (tests/pytest_plugin) would import
+# them inside its own run and take them out of sys.modules when it ends; the clients here would
+# then meet a second copy whose exceptions the transports no longer map (a raw
+# httpcore.ConnectError instead of httpx.ConnectError). Imported at collection, they stay.
+import httpcore  # noqa: F401
+import httpcore2  # noqa: F401
 import orjson
 import pytest
 

@@ -245,3 +245,34 @@ def test_the_commands_read_a_log_holding_both_layers(
         done = cvdiag(*command, str(both))
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+#: The backend's boundaries written at the default tier (what a log without CVDIAG_VERBOSE holds).
+DEFAULT_TIER = (b"backend.agent.", b"backend.sse.aborted", b"backend.response.complete")
+
+
+def test_probe_lines_do_not_change_what_a_default_tier_backend_log_is_told(
+    probe: Probe, backend: tuple[str, Any], tmp_path: Path
+) -> None:
+    """A probe writes at its own tier: its verbose lines beside a default-tier backend log must
+    not make the classifier read that log as verbose (and miss its ingress)."""
+    url, log = backend
+    test_id = new_uuid7()
+    assert fetch("httpx", "sync", f"{url}/answer", test_id) is None
+    probe.end("passed")
+    mine: list[bytes] = []
+    for _ in range(400):
+        mine = [line for line in log.read_bytes().splitlines() if test_id.encode() in line]
+        if any(b"backend.response.complete" in line for line in mine):
+            break
+        time.sleep(0.05)
+    alone = tmp_path / "backend.log"
+    alone.write_bytes(
+        b"".join(line + b"\n" for line in mine if any(k in line for k in DEFAULT_TIER))
+    )
+    both = tmp_path / "both.log"
+    both.write_bytes(alone.read_bytes() + probe.path.read_bytes())
+    told = [cvdiag("classify", test_id, str(path), "--json") for path in (alone, both)]
+    assert [done.returncode for done in told] == [0, 0]
+    verdicts = [orjson.loads(done.stdout) for done in told]
+    assert [(v["flap_class"], v["log_tier"]) for v in verdicts] == [("healthy", "default")] * 2
