@@ -9,6 +9,7 @@ Every method is called from a client hook and never raises: the guard counts a f
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +33,8 @@ _PHASES: Final = {
     "WriteTimeout": "write",
     "PoolTimeout": "pool",
 }
+#: The largest timeout written, in ms (a year): beyond it a timeout is as good as none.
+_MAX_MS: Final = 365 * 24 * 3600 * 1000
 #: Errors that mean the test itself gave up on the request (a cancelled task, Ctrl-C).
 _LEFT: Final = frozenset({"CancelledError", "KeyboardInterrupt", "GeneratorExit", "Cancelled"})
 
@@ -79,9 +82,9 @@ class Observed:
 
     def timeout_ms(self, phase: str) -> int | None:
         seconds = self.timeouts.get(phase)
-        if not isinstance(seconds, (int, float)) or seconds != seconds:  # None, or NaN
+        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):  # None, NaN, inf
             return None
-        return max(0, round(seconds * 1000))
+        return max(0, min(round(seconds * 1000), _MAX_MS))
 
     def head(self, response: Any) -> None:
         """The response head arrived."""
@@ -90,19 +93,20 @@ class Observed:
             kind = str(headers.get("content-type", "")).lower()
             if kind.startswith("text/event-stream"):
                 self._counter = EventCounter(headers.get("content-encoding"))
-            length = headers.get("content-length")
+            status = int(response.status_code)
+            waited = _ms(self._sent_at)
             self.writer.emit(
                 self.state,
                 "probe.network.response",
-                "ok" if int(response.status_code) < 400 else "err",
+                "ok" if status < 400 else "err",
                 {
                     "url": self.url,
-                    "status": int(response.status_code),
-                    "content_length": int(length) if str(length).isdigit() else None,
-                    "duration_ms": _ms(self._sent_at),
+                    "status": status,
+                    "content_length": _length(headers.get("content-length")),
+                    "duration_ms": waited,
                     "message_index": self.index,
                 },
-                _ms(self._sent_at),
+                waited,
             )
             self.state.open[self.index] = self
         except Exception as exc:
@@ -221,8 +225,13 @@ def _body_size(request: Any) -> int:
     try:
         return len(request.content)
     except Exception:
-        length = str(request.headers.get("content-length", ""))
-        return int(length) if length.isdigit() else 0
+        return _length(request.headers.get("content-length")) or 0
+
+
+def _length(value: Any) -> int | None:
+    """A ``content-length`` header's value, or None for anything but a plain decimal number."""
+    text = str(value) if value is not None else ""
+    return int(text) if 0 < len(text) <= 18 and text.isascii() and text.isdigit() else None
 
 
 def _ms(start: float) -> int:

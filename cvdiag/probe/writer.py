@@ -77,12 +77,17 @@ class ProbeWriter:
             sinks = [FileSink(self.path or os.devnull)]
         self.emitter = Emitter(settings, sinks=sinks)
         self.runner = runner
-        self.debug = tier >= Tier.DEBUG
         self._lock = threading.Lock()
         self._test: str | None = None
         self._ids: dict[str, TestIdState] = {}
 
     # --- a test -------------------------------------------------------------------------
+
+    @property
+    def debug(self) -> bool:
+        """Whether every SSE event is written (the tier in force: DEBUG falls back at its
+        bounds, as the backend's does), not only each response's first."""
+        return self.emitter.tier >= Tier.DEBUG
 
     @property
     def active(self) -> bool:

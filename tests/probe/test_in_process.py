@@ -8,6 +8,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -162,3 +163,21 @@ def test_an_endless_event_is_counted_in_bounded_memory() -> None:
         counter.feed(b"x" * 10_000)
         assert len(counter._held) <= 8192
     assert counter.feed(b"\n\n") == [("big", 1_000_000)]
+
+
+@pytest.mark.parametrize("length", ["²", "-1", "9" * 40, " 12", ""])
+def test_hostile_answers_and_timeouts_still_make_valid_lines(probe: Probe, length: str) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=[(b"content-length", length.encode())], content=b"")
+
+    with httpx.Client(
+        transport=httpx.MockTransport(answer),
+        headers={"x-test-id": new_uuid7()},
+        timeout=httpx.Timeout(float("inf"), read=float("nan")),
+    ) as http:
+        http.get("http://app/")
+    probe.end("passed")
+    (send,) = probe.of("probe.message.send")
+    assert send["metadata"]["timeout_ms"] is None
+    (head,) = probe.of("probe.network.response")
+    assert head["metadata"]["content_length"] is None
