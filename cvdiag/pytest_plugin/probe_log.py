@@ -24,7 +24,7 @@ import pytest
 from cvdiag.core.guard import record_failure
 from cvdiag.core.settings import Settings
 from cvdiag.probe import ProbeWriter, install, uninstall
-from cvdiag.pytest_plugin.attempts import IDS_KEY
+from cvdiag.pytest_plugin.attempts import IDS_KEY, PROPERTY
 from cvdiag.schema.vocabulary import Tier
 
 #: The session's probe writer (in every process that runs tests).
@@ -113,7 +113,8 @@ def begin(item: pytest.Item) -> None:
 
 def on_report(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
     """Each phase's report: the outcome kept; the test ids the test sent made the attempt's
-    (before ``attempts.ship`` carries them); after teardown, each test id's ``probe.exit``."""
+    (before ``attempts.ship`` carries them) and its JUnit testcase's ``cvdiag_test_id``
+    properties, as the fixture's is; after teardown, each test id's ``probe.exit``."""
     writer = item.config.stash.get(PROBE_KEY, None)
     if writer is None or not writer.active:
         return
@@ -123,7 +124,11 @@ def on_report(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
     if when == "setup":
         for test_id in ids:  # the fixture's id opens now, at the test's start
             writer.start(test_id)
-    ids.extend(test_id for test_id in writer.test_ids() if test_id not in ids)
+    for test_id in writer.test_ids():
+        if test_id not in ids:  # an id of the test's own: the JUnit testcase carries it too
+            ids.append(test_id)
+            item.user_properties.append((PROPERTY, test_id))
+            report.user_properties.append((PROPERTY, test_id))
     outcome = item.stash.get(_OUTCOME_KEY, "passed")
     if report.failed:
         timed_out = _TEST_TIMEOUT.search(report.longreprtext or "") is not None

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from cvdiag.core.guard import failures
+from cvdiag.runs import read_junit
 from tests.schema_check import assert_valid
 
 TESTS = """
@@ -221,3 +222,14 @@ def test_slow(cvdiag_test_id, key):
     assert end["outcome"] == "timeout"
     assert end["metadata"]["terminal_outcome"] == "timeout"
     assert end["metadata"]["test_outcome"] == "failed"
+
+
+def test_a_test_id_of_the_tests_own_is_in_its_junit_testcase(session: pytest.Pytester) -> None:
+    result = session.runpytest_inprocess(
+        "-k", "own_header or passes", "--cvdiag-probe-log=probe.log", "--junitxml=junit.xml"
+    )
+    result.assert_outcomes(passed=2, deselected=3)
+    tests = {case.name: case for case in read_junit(str(session.path / "junit.xml"))}
+    ids = {name.rpartition("::")[2]: case.attempts[-1].test_ids for name, case in tests.items()}
+    assert ids["test_own_header"] == ["own-header-id"]
+    assert len(ids["test_passes"]) == 1  # the fixture's, once
