@@ -90,6 +90,8 @@ SLOW = (
     "tests/sinks/test_process_lifecycle.py",
     "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
     "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server
+    "tests/pytest_plugin/test_probe_log.py",  # inner pytest sessions, xdist workers
+    "tests/probe/test_real_backend.py",  # uvicorn in a process of its own
     "tests/e2e/test_protocol_real.py",
     "tests/report/test_command.py",
     "tests/report/test_junit.py",  # a real server writes the backend's log

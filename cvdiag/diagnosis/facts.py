@@ -150,7 +150,11 @@ class Facts:
             self.first = record.key
         if self.last is None or record.key > self.last:
             self.last = record.key
-        tier = BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
+        # The backend's tier, which says what its lines can show: a probe's lines (the test
+        # client's, written at their own tier) say nothing of it.
+        tier = (
+            Tier.DEFAULT if boundary[:6] == "probe." else BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
+        )
         if tier > self.tier:
             self.tier = tier
         if env["outcome"] in ("err", "timeout") and self.bad_outcome is None:

@@ -13,7 +13,7 @@ from typing import Any, Final
 import orjson
 
 from cvdiag.core.context import RequestContext
-from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS, LAYER, SCHEMA_VERSION
+from cvdiag.schema.vocabulary import BOUNDARY_LAYER, EDGE_HEADER_KEYS, LAYER, SCHEMA_VERSION
 
 Envelope = dict[str, Any]
 
@@ -117,7 +117,8 @@ def build(
     parent_span_id: str | None,
     edge_headers: Mapping[str, str | None],
 ) -> Envelope:
-    """The envelope dict, keys in schema order. Inputs are already closed, scrubbed and bounded."""
+    """The envelope dict, keys in schema order. Inputs are already closed, scrubbed and bounded.
+    Its ``layer`` follows the boundary's prefix (``BOUNDARY_LAYER``)."""
     test_id, trace_id, slug, demo, _ = context
     return {
         "schema_version": SCHEMA_VERSION,
@@ -125,7 +126,10 @@ def build(
         "trace_id": trace_id,
         "span_id": span_id,
         "parent_span_id": parent_span_id,
-        "layer": LAYER,
+        # One lookup: 25-40 ns more than the constant (python -m timeit, 2026-12-07) beside an
+        # emit's microseconds; the request's own lines (ingress, events, first byte, terminal)
+        # come from templates formatted once with a backend boundary and never pass here.
+        "layer": BOUNDARY_LAYER.get(boundary, LAYER),
         "boundary": boundary,
         "slug": slug,
         "demo": demo,

@@ -11,6 +11,7 @@ May import: cvdiag.scrubbing.
 """
 
 from cvdiag.schema.vocabulary import (
+    BOUNDARY_LAYER,
     BOUNDARY_TIER,
     BYTE_CAPS,
     DEMO_MAX,
@@ -26,6 +27,7 @@ from cvdiag.schema.vocabulary import (
 )
 
 __all__ = [
+    "BOUNDARY_LAYER",
     "BOUNDARY_TIER",
     "BYTE_CAPS",
     "DEMO_MAX",

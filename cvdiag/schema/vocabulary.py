@@ -47,10 +47,31 @@ BOUNDARY_TIER: Final[dict[str, Tier]] = {
     "backend.llm.call.response": Tier.VERBOSE,
     "backend.sse.first_byte": Tier.VERBOSE,
     "backend.sse.event": Tier.DEBUG,
+    # The client's view (the ``probe`` layer, written by cvdiag.probe): how a test's request
+    # began and ended at every tier, what it saw between at VERBOSE. ``probe.sse.event`` is
+    # VERBOSE for a response's first event; its producer writes the others only at DEBUG.
+    "probe.start": Tier.DEFAULT,
+    "probe.exit": Tier.DEFAULT,
+    "probe.sse.aborted": Tier.DEFAULT,
+    "probe.network.error": Tier.DEFAULT,
+    "probe.console.error": Tier.DEFAULT,
+    "probe.message.send": Tier.VERBOSE,
+    "probe.network.response": Tier.VERBOSE,
+    "probe.navigate.complete": Tier.VERBOSE,
+    "probe.dom.container.mount": Tier.VERBOSE,
+    "probe.dom.firsttoken": Tier.VERBOSE,
+    "probe.dom.alternate_content": Tier.VERBOSE,
+    "probe.sse.event": Tier.VERBOSE,
     "cvdiag.purge_audit": Tier.DEFAULT,
     "cvdiag.collision_detected": Tier.DEFAULT,
     "cvdiag.queue_dropped": Tier.DEFAULT,
     "cvdiag.metadata_dropped": Tier.DEFAULT,
+}
+
+#: Each boundary's ``layer``: v1 names it by the boundary's prefix (``probe.*`` is the client's
+#: view); cvdiag's own accounting lines (``cvdiag.*``) are written by the backend's emitter.
+BOUNDARY_LAYER: Final[dict[str, str]] = {
+    name: "probe" if name.startswith("probe.") else LAYER for name in BOUNDARY_TIER
 }
 
 OUTCOMES: Final = frozenset({"ok", "err", "timeout", "info"})

@@ -49,8 +49,39 @@ def test_tier_matrix_matches_the_issue() -> None:
         "backend.sse.first_byte",
     }
     assert {b for b, t in BOUNDARY_TIER.items() if t is Tier.DEFAULT and "backend" in b} == default
-    assert {b for b, t in BOUNDARY_TIER.items() if t is Tier.VERBOSE} == verbose
+    backend = {b: t for b, t in BOUNDARY_TIER.items() if not b.startswith("probe.")}
+    assert {b for b, t in backend.items() if t is Tier.VERBOSE} == verbose
     assert {b for b, t in BOUNDARY_TIER.items() if t is Tier.DEBUG} == {"backend.sse.event"}
+
+
+def test_the_probes_tiers_match_issue_45() -> None:
+    """What the client saw: how each test id began and each request ended at every tier, what
+    it saw between at VERBOSE (a response's later SSE events: its producer, at DEBUG)."""
+    probe = {b: t for b, t in BOUNDARY_TIER.items() if b.startswith("probe.")}
+    assert {b for b, t in probe.items() if t is Tier.DEFAULT} == {
+        "probe.start",
+        "probe.exit",
+        "probe.sse.aborted",
+        "probe.network.error",
+        "probe.console.error",
+    }
+    assert {b for b, t in probe.items() if t is Tier.VERBOSE} == {
+        "probe.message.send",
+        "probe.network.response",
+        "probe.navigate.complete",
+        "probe.sse.event",
+        "probe.dom.container.mount",
+        "probe.dom.firsttoken",
+        "probe.dom.alternate_content",
+    }
+
+
+def test_each_envelope_s_layer_follows_its_boundary() -> None:
+    em, sink = make(Tier.DEBUG)
+    for boundary in BOUNDARY_TIER:
+        em.emit(boundary)
+    layers = {env["boundary"]: env["layer"] for env in sink.envelopes}
+    assert layers == {b: "probe" if b.startswith("probe.") else "backend" for b in BOUNDARY_TIER}
 
 
 def test_disabled_writes_nothing_and_starts_no_thread() -> None:

@@ -30,6 +30,7 @@ REQUEST_PATH = (
     "core",
     "otel",
     "outbound",
+    "probe",
     "pipeline",
     "schema",
     "scopes",
@@ -37,8 +38,9 @@ REQUEST_PATH = (
     "showcase",
     "sinks",
 )
-#: The parts on top: the showcase face imports parts, and no part may import it.
-TOP = ("showcase",)
+#: The parts on top: the pytest integration and the showcase face import parts, and no part may
+#: import them.
+TOP = ("pytest_plugin", "showcase")
 
 
 def named() -> set[str]:
@@ -135,7 +137,7 @@ def circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
 
 def part_of(module: str) -> str | None:
     """The part (subpackage) a module belongs to; None for the package's own face and entry
-    points (``cvdiag``, ``cvdiag.__main__``, ``cvdiag.pytest_plugin``)."""
+    point (``cvdiag``, ``cvdiag.__main__``)."""
     pieces = module.split(".")
     return pieces[1] if len(pieces) > 1 and (PACKAGE / pieces[1]).is_dir() else None
 

@@ -196,9 +196,11 @@ def test_{number}(cvdiag_events):
         outcome = "failed" if number % 2 else "passed"
         assert f"test_app.py::test_{number} ({outcome})" in text
     assert sorted(stories(text).values()) == [f"request-{number}" for number in range(6)]
-    # The tests' own envelopes stay beside the page: its evidence names that log.
+    # The tests' own envelopes stay beside the page: its evidence names that log; so does what
+    # their clients saw (the probe, on by default with the page).
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "cvdiag-envelopes.log",
+        "cvdiag-probe.log",
         "cvdiag.html",
     ]
     by_id = {test_id: anchor for anchor, test_id in stories(text).items()}

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from cvdiag.pytest_runs import ForwardedTestId
+from cvdiag.pytest_plugin import ForwardedTestId
 from cvdiag.runs import read_junit
 from cvdiag.schema.ids import new_uuid7
 from tests.support.servers import serve_uvicorn

@@ -16,7 +16,7 @@ from cvdiag.runs.cases import Attempt, Case, drawn_ids, failure_text
 from cvdiag.schema.ids import new_uuid7
 
 if TYPE_CHECKING:
-    from cvdiag.pytest_backend import Stories
+    from cvdiag.pytest_plugin.backend_log import Stories
 
 #: The header the middleware reads a test id from.
 HEADER: Final = "x-test-id"
@@ -154,7 +154,7 @@ class Recorder:
         lines); each failed report given its replay."""
         if not self.backend or self.stories is not None:
             return self.stories
-        from cvdiag.pytest_backend import read, replay
+        from cvdiag.pytest_plugin.backend_log import read, replay
 
         cases = self.all_cases()
         wanted = drawn_ids(cases)

@@ -1,7 +1,5 @@
-"""pytest plugin: the ``cvdiag_events`` fixture, the ``cvdiag`` marker, ``--cvdiag-log`` and
-``--cvdiag-report`` (``cvdiag.pytest_report``).
-
-Registered through the ``pytest11`` entry point, so installing cvdiag is enough.
+"""The ``cvdiag_events`` fixture: every envelope a test emits, captured in memory (and written
+to ``--cvdiag-log``), and what a failed test emitted replayed in its report.
 """
 
 from __future__ import annotations
@@ -9,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import difflib
-import os
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from cvdiag import pytest_report, pytest_runs
 from cvdiag.core.context import _CURRENT
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitter_module
@@ -25,9 +21,8 @@ from cvdiag.schema.vocabulary import Tier
 from cvdiag.sinks import FileSink, MemorySink, Sink, StdoutSink
 
 Envelope = Mapping[str, Any]
-_LOG_KEY = pytest.StashKey[FileSink]()
-RECORDER_KEY = pytest_runs.RECORDER_KEY
-cvdiag_test_id = pytest_runs.cvdiag_test_id
+#: The session's ``--cvdiag-log`` sink, on the config.
+LOG_KEY = pytest.StashKey[FileSink]()
 #: Where a test's ``CvdiagEvents`` is kept on its item (the failure report reads it).
 EVENTS_KEY = pytest.StashKey["CvdiagEvents"]()
 
@@ -139,89 +134,6 @@ class CvdiagEvents:
         )
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("cvdiag")
-    group.addoption(
-        "--cvdiag-log",
-        metavar="PATH",
-        default=None,
-        help="append every envelope captured by cvdiag_events to PATH (a CI artifact that "
-        "`cvdiag classify` reads; its folder is created)",
-    )
-    group.addoption(
-        "--cvdiag-backend-log",
-        metavar="PATH",
-        action="append",
-        default=[],
-        help="the log of a backend running in its own process (its stdout), a glob, "
-        "repeatable: each failed test's report gets the story of the test ids it forwarded "
-        "(cvdiag_test_id), and --cvdiag-report draws them",
-    )
-    group.addoption(
-        "--cvdiag-backend-wait",
-        metavar="SECONDS",
-        type=float,
-        default=5.0,
-        help="wait up to SECONDS for a backend story's late lines (default 5); a story "
-        "still open then is marked incomplete",
-    )
-    group.addoption(
-        "--cvdiag-first-token-timeout",
-        metavar="SECONDS",
-        type=float,
-        default=None,
-        help="the first-token timeout --cvdiag-report classifies with (default 60, as cvdiag "
-        "report's)",
-    )
-    pytest_report.add_options(group)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "cvdiag(tier='debug', stdout=False, **settings): options of the cvdiag_events fixture",
-    )
-    path = config.getoption("--cvdiag-log", default=None)
-    if path:
-        config.stash[_LOG_KEY] = FileSink(_log_path(config, str(path)))
-    backend = list(config.getoption("cvdiag_backend_log", default=None) or [])
-    if _recording(config) and not hasattr(config, "workerinput"):
-        wait = float(config.getoption("cvdiag_backend_wait", default=5.0))
-        recorder = pytest_runs.Recorder(backend, pytest_runs.root_of(config), wait)
-        config.stash[RECORDER_KEY] = recorder
-        config.pluginmanager.register(recorder, "cvdiag-runs")
-    pytest_report.configure(config)
-
-
-def _recording(config: pytest.Config) -> bool:
-    """Whether the session's tests are recorded as a run (their attempts and test ids)."""
-    return bool(
-        config.getoption("cvdiag_backend_log", default=None)
-        or config.getoption("cvdiag_report", default=None)
-    )
-
-
-def _log_path(config: pytest.Config, path: str) -> str:
-    """``--cvdiag-log``'s path, its folder made (as --junitxml does); a path that cannot be
-    written is a usage error naming it, never a log silently missing."""
-    where = os.path.normpath(config.invocation_params.dir / os.path.expanduser(path))
-    try:
-        os.makedirs(os.path.dirname(where), exist_ok=True)
-        with open(where, "ab"):
-            pass
-    except OSError as exc:
-        message = f"--cvdiag-log: cannot write {where}: {exc.strerror or exc}"
-        raise pytest.UsageError(message) from None
-    return where
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    sink = config.stash.get(_LOG_KEY, None)
-    if sink is not None:
-        sink.close()
-    pytest_report.unconfigure(config)
-
-
 @pytest.fixture
 def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
     """Enable cvdiag for this test and capture every envelope in memory.
@@ -238,7 +150,7 @@ def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
     sinks: list[Sink] = [memory]
     if to_stdout:
         sinks.append(StdoutSink())
-    log = request.config.stash.get(_LOG_KEY, None)
+    log = request.config.stash.get(LOG_KEY, None)
     if log is not None:
         sinks.append(log)
 
@@ -260,23 +172,7 @@ def cvdiag_events(request: pytest.FixtureRequest) -> Iterator[CvdiagEvents]:
         _emitter_module._install(previous)  # type: ignore[arg-type]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Add the replay of what a failed test emitted to its report (and, with
-    ``--cvdiag-report``, where the page shows it)."""
-    report = yield
-    if _recording(item.config):  # in an xdist worker too: the controller records
-        pytest_runs.ship(item, report)
-    events = item.stash.get(EVENTS_KEY, None)
-    if events is not None and report.failed and call.when == "call":
-        report.sections.append(("cvdiag replay", _replay(events.all())))
-    pytest_report.on_report(item, call.when, report, events.lines if events is not None else None)
-    return report
-
-
-def _replay(envelopes: Sequence[Envelope]) -> str:
+def replay(envelopes: Sequence[Envelope]) -> str:
     """Each test id's timeline, drawn as ``cvdiag replay`` draws it, for the failure report."""
     from cvdiag.diagnosis.timeline import build, render
     from cvdiag.logs.reading import Record, ts_key

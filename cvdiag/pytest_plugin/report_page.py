@@ -10,8 +10,8 @@ attributes to the controller, which alone writes — one page at PATH whatever t
 workers, and no shared folder needed (remote workers too).
 
 With ``--cvdiag-backend-log`` the page also draws the backend's stories of the tests' forwarded
-test ids (``cvdiag.pytest_runs``), and it knows the tests: each one's outcome (flaky when it
-failed and then passed on a rerun), failure text and attempts, counted by outcome.
+test ids (``backend_log``), and it knows the tests: each one's outcome (flaky when it failed
+and then passed on a rerun), failure text and attempts, counted by outcome.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 if TYPE_CHECKING:  # imported when the page is written: every pytest run loads this module
-    from cvdiag.pytest_runs import Recorder
+    from cvdiag.pytest_plugin.attempts import Recorder
     from cvdiag.report import Report
 
 #: The failure report's section that names the page.
@@ -81,9 +81,14 @@ def configure(config: pytest.Config) -> None:
     options = Options(path, every, None if timeout is None else float(timeout))
     config.stash[_OPTIONS_KEY] = options
     if not hasattr(config, "workerinput"):  # an xdist worker ships its lines instead
-        from cvdiag.pytest_runs import RECORDER_KEY
+        from cvdiag.pytest_plugin.attempts import RECORDER_KEY
+        from cvdiag.pytest_plugin.probe_log import PATH_KEY
 
-        collector = Collector(options, lambda: config.stash.get(RECORDER_KEY, None))
+        collector = Collector(
+            options,
+            lambda: config.stash.get(RECORDER_KEY, None),
+            lambda: config.stash.get(PATH_KEY, None),
+        )
         config.stash[_COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cvdiag-report")
 
@@ -127,9 +132,15 @@ class Collector:
     beside the page, then the page, with the backend's stories and the session's tests (from
     the ``Recorder``). Registered as a plugin only when ``--cvdiag-report`` is given."""
 
-    def __init__(self, options: Options, recorder: Callable[[], Recorder | None]) -> None:
+    def __init__(
+        self,
+        options: Options,
+        recorder: Callable[[], Recorder | None],
+        probe: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.options = options
         self._recorder = recorder
+        self._probe = probe
         # Beside the page, and kept: the page's evidence names the log it read. Where the
         # page's folder cannot be made, a temporary log keeps the run going; the page's own
         # write then fails, and says so.
@@ -178,7 +189,7 @@ class Collector:
         """Write the page before the terminal shows the failures, so their sections can name
         each test's anchor in it."""
         from cvdiag.diagnosis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
-        from cvdiag.pytest_backend import expand
+        from cvdiag.pytest_plugin.backend_log import expand
         from cvdiag.report import gather
         from cvdiag.runs.cases import drawn_ids, labels
 
@@ -187,15 +198,22 @@ class Collector:
         cases = recorder.all_cases() if recorder is not None else []
         backend = expand(recorder.backend, recorder.root) if recorder is not None else []
         backend = [name for name in backend if os.path.isfile(name)]  # the recorder said why
+        # What the tests' clients saw (--cvdiag-probe-log), read beside the backend's lines.
+        probe = self._probe()
+        if probe is not None and os.path.isfile(probe) and probe not in backend:
+            backend.append(probe)
         # The backend's log holds other runs' and other tests' ids: only this session's.
         wanted = {test_id for case in cases for test_id in case.test_ids()}
         if not self.options.every:
             wanted &= drawn_ids(cases)
         only = frozenset(wanted | set(self._nodes_of)) if backend else None
+        # No test id of this session to draw from them: the other logs are not read at all
+        # (an empty filter would read every test id in them).
+        extra = backend if only else []
         timeout = self.options.first_token_timeout
         try:
             found = gather(
-                [self._log_path, *backend],
+                [self._log_path, *extra],
                 every=True,
                 only=only,
                 draw=drawn_ids(cases),
