@@ -25,9 +25,9 @@ async def chat(message: str) -> dict[str, str]:
 
 
 @api.post("/api/slow")
-async def slow(body: dict[str, str]) -> dict[str, str]:
+async def slow(body: dict[str, str], seconds: float = 4) -> dict[str, str]:
     async with agent_scope("slow-agent"), llm_call("openai-compatible", "slow-model") as call:
-        await asyncio.sleep(4)  # longer than the client's 2 s timeout
+        await asyncio.sleep(seconds)  # longer than the client's 2 s timeout
         call.record_response(response_token_count=3)
     return {"answer": body.get("message", "").upper()}
 
