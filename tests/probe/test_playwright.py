@@ -412,6 +412,31 @@ def test_the_fixtures_scrubber_redacts_every_secret_shape_and_keeps_ids(run: Run
         assert scrubbed[text] == text
 
 
+def test_the_fixture_type_checks_in_a_strict_project_without_the_dom_library(run: Run) -> None:
+    """A project whose CI runs ``tsc --noEmit`` (strict, no ``DOM`` in its ``lib``) keeps passing
+    with the fixture in it: the page's side brings its own DOM types."""
+    config = {
+        "compilerOptions": {
+            "strict": True,
+            "noEmit": True,
+            "target": "ES2022",
+            "module": "commonjs",
+            "types": ["node"],
+        },
+        "files": ["tests/cvdiag.ts", "tests/api.spec.ts", "tests/browser.spec.ts"],
+    }
+    (run.folder / "tsconfig.json").write_text(json.dumps(config))
+    tsc = run.folder / "node_modules" / "typescript" / "bin" / "tsc"
+    done = subprocess.run(
+        ["node", str(tsc), "-p", "tsconfig.json"],
+        cwd=run.folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_docs_show_the_tested_config_and_the_command() -> None:
     docs = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     config = (PROJECT / "playwright.config.ts").read_text(encoding="utf-8")

@@ -14,6 +14,9 @@
 // Docs: docs/ci.md ("Playwright") and docs/envelope.md ("Written by the Playwright fixture").
 // No dependency but @playwright/test; free text is scrubbed before it is written.
 
+/// <reference lib="dom" />
+// (The page's side below runs in the browser: its types, whatever the project's tsconfig says.)
+
 import { test as base, expect } from "@playwright/test";
 import type { APIRequestContext, BrowserContext, Page, Request, TestInfo } from "@playwright/test";
 import { appendFileSync } from "node:fs";
@@ -466,26 +469,33 @@ function pageObserver(selector: string | null): void {
   const size = (text: string): number => new TextEncoder().encode(text).length;
   const Native = window.EventSource;
   if (Native) {
-    class Observed extends Native {
-      private cvdiagTypes = new Set<string>();
-      constructor(url: string | URL, init?: EventSourceInit) {
-        super(url, init);
-        this.cvdiagWatch("message");
-      }
-      private cvdiagWatch(type: string): void {
-        if (this.cvdiagTypes === undefined || this.cvdiagTypes.has(type)) return;
-        this.cvdiagTypes.add(type);
-        super.addEventListener(type, (event: Event) => {
+    // Each EventSource the page makes is a real one, with a listener of ours for each event type
+    // the page listens to (an event of a type nobody listens to is never read).
+    const Observed = function (url: string | URL, init?: EventSourceInit): EventSource {
+      const source = new Native(url, init);
+      const add = source.addEventListener.bind(source) as (type: string, listener: EventListener, options?: unknown) => void;
+      const types = new Set<string>();
+      const watch = (type: string): void => {
+        if (types.has(type)) return;
+        types.add(type);
+        add(type, (event: Event) => {
           const data = (event as MessageEvent).data;
-          report({ kind: "sse", url: this.url, type, size: typeof data === "string" ? size(data) : 0 });
+          report({ kind: "sse", url: source.url, type, size: typeof data === "string" ? size(data) : 0 });
         });
-      }
-      addEventListener(type: string, listener: EventListenerOrEventListenerObject, options?: boolean | AddEventListenerOptions): void {
-        if (type !== "open" && type !== "error") this.cvdiagWatch(type);
-        super.addEventListener(type, listener, options);
-      }
-    }
-    window.EventSource = Observed as unknown as typeof EventSource;
+      };
+      watch("message");
+      Object.defineProperty(source, "addEventListener", {
+        configurable: true,
+        writable: true,
+        value: (type: string, listener: EventListener, options?: unknown): void => {
+          if (type !== "open" && type !== "error") watch(type);
+          add(type, listener, options);
+        },
+      });
+      return source;
+    } as unknown as typeof EventSource;
+    Object.assign(Observed, { prototype: Native.prototype, CONNECTING: 0, OPEN: 1, CLOSED: 2 });
+    window.EventSource = Observed;
   }
   const nativeFetch = window.fetch;
   window.fetch = async function (...args: Parameters<typeof fetch>): Promise<Response> {
