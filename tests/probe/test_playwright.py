@@ -217,7 +217,7 @@ def _one(lines: list[dict[str, Any]], boundary: str) -> dict[str, Any]:
 
 def test_the_run_fails_exactly_the_tests_that_should(run: Run) -> None:
     assert run.exit_code == 1, run.output[-3000:]
-    assert "2 failed" in run.output, run.output[-3000:]
+    assert "3 failed" in run.output, run.output[-3000:]
     assert "4 passed" in run.output, run.output[-3000:]
 
 
@@ -241,7 +241,7 @@ def test_every_probe_line_is_v1_with_the_documented_extensions_only(run: Run) ->
 
 def test_every_attempt_starts_and_exits_once_and_the_junit_names_its_id(run: Run) -> None:
     ids = {line["test_id"] for line in run.probe}
-    assert len(ids) == 6  # five tests, the slow one retried
+    assert len(ids) == 7  # six tests, the slow one retried
     for test_id in ids:
         lines = [line for line in run.probe if line["test_id"] == test_id]
         assert _boundaries(lines).count("probe.start") == 1
@@ -296,6 +296,17 @@ def test_an_api_call_past_its_timeout_each_attempt_with_its_own_id(run: Run) -> 
         assert backend[-1] in {"backend.response.complete", "backend.sse.aborted"}
     junit = (run.folder / "artifacts" / "results.xml").read_text()
     assert "apiRequestContext.post: Timeout 2000ms exceeded" in junit  # the runner's own words
+
+
+def test_a_call_cut_by_the_tests_own_timeout(run: Run) -> None:
+    [lines] = run.by_test("a call outlives the test's own timeout")
+    assert _one(lines, "probe.message.send")["metadata"]["timeout_ms"] is None
+    error = _one(lines, "probe.network.error")
+    assert error["metadata"]["cause"] == "client-timeout"
+    assert error["metadata"]["timeout_ms"] == 1500  # the test's timeout: the client's wait
+    exit_ = _one(lines, "probe.exit")["metadata"]
+    assert exit_["terminal_outcome"] == "timeout"
+    assert exit_["test_outcome"] == "failed"
 
 
 def test_a_page_that_streams_its_answer(run: Run) -> None:

@@ -30,7 +30,7 @@ def test_the_sample_is_valid_and_each_layer_tells_the_same_test_ids() -> None:
     assert {line["layer"] for line in probe} == {"probe"}
     assert {line["layer"] for line in backend} == {"backend"}
     probe_ids = {line["test_id"] for line in probe}
-    assert len(probe_ids) == 6
+    assert len(probe_ids) == 7
     assert probe_ids <= {line["test_id"] for line in backend}
     cases = read_junit(str(REFERENCE / "playwright-results.xml"))
     assert probe_ids == {i for case in cases for attempt in case.attempts for i in attempt.test_ids}

@@ -355,6 +355,7 @@ export class Probe {
 
   /** The request failed before a head: `probe.network.error`. */
   error(entry: Sent, errorClass: string, cause: Cause, timeoutMs: number | null): void {
+    if (entry.ended) return; // said once: by the browser, the call, or the test's end
     entry.ended = true;
     this.write(
       "probe.network.error",
@@ -366,6 +367,7 @@ export class Probe {
 
   /** The body was cut on the client's side after its head: `probe.sse.aborted`. */
   aborted(entry: Sent, kind: "rst" | "timeout" | "chunk_error" | "fin_premature", cause: Cause, timeoutMs: number | null): void {
+    if (entry.ended) return;
     entry.ended = true;
     this.write(
       "probe.sse.aborted",
@@ -410,6 +412,13 @@ export class Probe {
       { level, message_scrubbed: cvdiagScrub(message, 512), source_file: source === null ? null : safeUrl(source, false), line_col: lineCol },
       "err",
     );
+  }
+
+  /** A call that failed with no timeout of its own: the test's timeout when the test ran out of
+   * time (its request context was disposed under it), else the network. */
+  failed(entry: Sent, errorClass: string): void {
+    if (this.testInfo.status === "timedOut") this.error(entry, errorClass, "client-timeout", this.testInfo.timeout);
+    else this.error(entry, errorClass, "network-error", null);
   }
 
   /** The requests still open when the test let go of them: cut on purpose, or by its timeout. */
@@ -639,8 +648,8 @@ function watchRequests(request: APIRequestContext, probe: Probe, baseURL: string
         } catch (error) {
           const err = error as Error;
           const timedOut = /Timeout (\d+)ms exceeded/.exec(err?.message ?? "");
-          const ms = timedOut ? Number(timedOut[1]) : timeout;
-          probe.error(entry, err?.name || "Error", timedOut ? "client-timeout" : "network-error", ms);
+          if (timedOut) probe.error(entry, err?.name || "Error", "client-timeout", Number(timedOut[1]));
+          else probe.failed(entry, err?.name || "Error");
           throw error;
         }
       };

@@ -12,3 +12,12 @@ test("a slow LLM call outlives the client's timeout", async ({ request }, testIn
   const answer = await request.post(`/api/slow?seconds=${seconds}`, { data: { message: "hi" }, timeout: 2000 });
   expect(answer.ok()).toBe(true);
 });
+
+test.describe("without a timeout of its own", () => {
+  test.describe.configure({ retries: 0 });
+
+  test("a call outlives the test's own timeout", async ({ request }) => {
+    test.setTimeout(1500);
+    await request.post("/api/slow?seconds=3", { data: { message: "hi" } });
+  });
+});
