@@ -94,14 +94,17 @@ def _install() -> Path:
     with open(PROJECT / ".npm-install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (stamp.exists() and stamp.read_text() == wanted):
-            done = subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund", "--no-package-lock"],
-                cwd=PROJECT,
-                env={**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            try:
+                done = subprocess.run(
+                    ["npm", "install", "--no-audit", "--no-fund", "--no-package-lock"],
+                    cwd=PROJECT,
+                    env={**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+            except subprocess.TimeoutExpired:
+                pytest.skip("playwright tests skipped: npm install took over 300 s (no registry?)")
             if done.returncode:
                 last = (done.stderr.strip().splitlines() or ["no output"])[-1]
                 pytest.skip(f"playwright tests skipped: npm install failed ({last})")
