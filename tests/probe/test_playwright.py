@@ -237,6 +237,7 @@ def test_every_probe_line_is_v1_with_the_documented_extensions_only(run: Run) ->
         errors += [f"metadata key {k!r}" for k in line["metadata"] if k not in allowed]
         assert not errors, (errors, line)
         assert line["layer"] == "probe"
+        assert line["parent_span_id"] is None
         assert line["trace_id"] == line["test_id"]
         assert UUID7.match(line["test_id"])
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["ts"])
@@ -353,6 +354,7 @@ def test_a_page_left_once_its_assertion_held(run: Run) -> None:
     assert aborted["metadata"]["cause"] == "left-early"
     assert aborted["outcome"] == "info"
     assert aborted["metadata"]["message_index"] == 1  # the stream, after the page itself
+    assert aborted["metadata"]["termination_kind"] == "fin_premature"  # as the pytest probe says
     assert _one(lines, "probe.exit")["metadata"]["terminal_outcome"] == "ok"
     backend = _boundaries(run.backend_of(lines[0]["test_id"]))
     assert "backend.sse.aborted" in backend  # the backend saw its client go

@@ -236,7 +236,6 @@ export class Probe {
   readonly testId: string;
   readonly startMono = process.hrtime.bigint();
   private readonly startTs = new Date().toISOString();
-  private readonly startSpan = randomBytes(8).toString("hex");
   private started = false;
   private requests = 0;
   private sseEvents = 0;
@@ -273,8 +272,8 @@ export class Probe {
       schema_version: 1,
       test_id: this.testId,
       trace_id: this.testId,
-      span_id: boundary === "probe.start" ? this.startSpan : randomBytes(8).toString("hex"),
-      parent_span_id: boundary === "probe.start" ? null : this.startSpan,
+      span_id: randomBytes(8).toString("hex"),
+      parent_span_id: null,
       layer: "probe",
       boundary,
       slug: this.slug,
@@ -348,7 +347,7 @@ export class Probe {
     this.write(
       "probe.network.response",
       { url: safeUrl(entry.url, false), status, content_length: Number.isFinite(length) ? length : null, duration_ms: duration, message_index: entry.index },
-      "info",
+      status >= 400 ? "err" : "info",
       { durationMs: duration, demo: entry.demo, edge },
     );
   }
@@ -429,7 +428,7 @@ export class Probe {
     for (const entry of pending) {
       if (entry.ended) continue;
       if (entry.headMono === null) this.error(entry, timedOut ? "TimeoutError" : "Aborted", cause, timeout);
-      else this.aborted(entry, timedOut ? "timeout" : "rst", cause, timeout);
+      else this.aborted(entry, timedOut ? "timeout" : "fin_premature", cause, timeout);
     }
   }
 
@@ -592,7 +591,11 @@ function watchContext(context: BrowserContext, probe: Probe): void {
     const text = request.failure()?.errorText ?? "failed";
     const cause: Cause = /ERR_ABORTED/.test(text) ? "left-early" : /TIMED_OUT/.test(text) ? "client-timeout" : "network-error";
     if (entry.headMono === null) probe.error(entry, text, cause, null);
-    else probe.aborted(entry, /CHUNKED|CONTENT_LENGTH|INCOMPLETE/.test(text) ? "chunk_error" : /TIMED_OUT/.test(text) ? "timeout" : "rst", cause, null);
+    else {
+      // As the pytest probe says it: left on purpose is fin_premature; the network's own cuts by kind.
+      const kind = cause === "left-early" ? "fin_premature" : /TIMED_OUT/.test(text) ? "timeout" : /RESET/.test(text) ? "rst" : /CLOSED|EMPTY_RESPONSE/.test(text) ? "fin_premature" : "chunk_error";
+      probe.aborted(entry, kind, cause, null);
+    }
   });
   const watchPage = (page: Page): void => {
     const pageRequests = new Set<Sent>();
