@@ -98,6 +98,7 @@ SLOW = (
     "tests/report/test_hostile.py",
     "tests/report/test_browser.py",  # real servers, then the pages in headless Chromium
     "tests/report/test_browser_runs.py",  # a real server's log, then the page in Chromium
+    "tests/probe/test_playwright.py",  # npm install once, then a real Playwright run in Chromium
     "tests/scrubbing/test_doors.py",
     "tests/sinks/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
     "tests/compare/test_diff_real.py",  # a real backend and fake provider, then the command

@@ -7,7 +7,9 @@ test forwarded (``writer.py``); one request as the client saw it, from its send 
 (``observed.py``); the SSE events of a response body counted as they arrive (``events.py``);
 and the hooks on httpx's and httpx2's ``Client`` and ``AsyncClient`` that hand each request to
 the writer (``clients.py``). The pytest plugin (``cvdiag.pytest_plugin``) installs it for a
-session; nothing here knows pytest.
+session; nothing here knows pytest. ``playwright/`` ships the Playwright fixture file
+(``cvdiag.ts``) users drop into their project, which writes the same lines from a browser or an
+API test; ``python -m cvdiag.probe.playwright`` prints it.
 
 May import: cvdiag.core, cvdiag.pipeline, cvdiag.schema, cvdiag.scrubbing, cvdiag.sinks.
 """
