@@ -41,6 +41,8 @@ class Completion:
     outcome: str
     status: float | None
     events: float | None
+    #: ``content_length``: the body bytes the app sent (a JSON answer has no first byte).
+    size: float | None = None
 
     @property
     def bad(self) -> bool:
@@ -173,10 +175,9 @@ class Facts:
             self._quiet_from, self._sent_unknown = record.key, False
         elif boundary == "backend.error.caught":
             self._add_error(record, meta)
-        elif boundary.startswith("backend.llm.call."):
-            self._add_call(record, boundary, meta)
-            self.run = self.run or _string(meta.get("run_id"))
-        elif boundary == "backend.agent.enter":
+        elif boundary.startswith(("backend.llm.call.", "backend.agent.enter")):
+            if boundary != "backend.agent.enter":
+                self._add_call(record, boundary, meta)
             self.run = self.run or _string(meta.get("run_id"))
         elif boundary == "backend.sse.first_byte":
             ref = self.ref_of(record)
@@ -267,6 +268,7 @@ class Facts:
             outcome,
             number(meta.get("http_status")),
             number(meta.get("sse_event_count")),
+            number(meta.get("content_length")),
         )
         self.completion_count += 1
         self.events_said += done.events or 0
@@ -310,6 +312,7 @@ class Facts:
             call.quiet_since, call.quiet_unknown = self._quiet_from, self._sent_unknown
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
+            call.run_id = _string(meta.get("run_id"))
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
             call.last_heartbeat = beat = self.ref_of(record)
@@ -350,8 +353,7 @@ class Facts:
                 self._answer_unsent = self._answer_unsent_content = True
 
     def lead_ms(self, clock: Clock) -> float:
-        """How long before the first envelope (``clock``'s anchor) the first request began: 0
-        with its ingress in the log, else what a terminal's ``duration_ms`` says."""
+        """How long before the first envelope the first request began (its terminal says)."""
         lead = max([0.0] + [lasted - clock.offset_ms(ref.key) for ref, lasted in self.lasted])
         return lead if lead > 1.0 else 0.0  # within the ms rounding: the ingress is there
 
@@ -371,9 +373,16 @@ class Facts:
         return self.last_completion.ref if self.last_completion is not None else None
 
     @property
-    def requests(self) -> int:
-        """Ingress envelopes, or at the default tier (no ingress) the requests that ended."""
+    def requests(self) -> int:  # at the default tier (no ingress): the requests that ended
         return max(self.ingresses, self.completion_count + self.abort_count)
+
+    @property
+    def bytes_sent(self) -> bool:
+        """A byte reached the client: a first byte, or body bytes (a JSON answer has no
+        ``sse.first_byte``) on a completion or before an abort."""
+        sizes = [c.size for c in (self.first_completion, self.last_completion) if c is not None]
+        sizes += [a.bytes_before for a in self.aborts]
+        return self.first_byte is not None or any(n is not None and n > 0 for n in sizes)
 
     @property
     def ended_badly(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cvdiag.diagnosis.calls import Call, Ref
-from cvdiag.diagnosis.calls_then import calls_then, count, error_of, went_on
+from cvdiag.diagnosis.calls_then import calls_then, count, error_of, handed_over, run_cut, went_on
 from cvdiag.diagnosis.describe import ms, text
 from cvdiag.diagnosis.edge import idle_abort, idle_said
 from cvdiag.diagnosis.rules import Context, Finding
@@ -46,14 +46,19 @@ def stalled(ctx: Context) -> Finding:
     """A call was still waiting (no answer, no sign of its tokens) when the request ended."""
     f, found = ctx.facts, Finding()
     end = f.ended
-    waiting = [c for c in f.calls.values() if ctx.state(c, end) == "waiting"]
+    # A request that answered and handed work to a run: the run's calls are judged by how
+    # they ended (``run_cut``), not by where they stood when the request ended.
+    handed = handed_over(ctx)
+    calls = [c for c in f.calls.values() if not (handed and c.run_id)]
+    waiting = [c for c in calls if ctx.state(c, end) == "waiting"]
     # A call cut by a timeout and reported in-band, or with no call answering at all, leaves
     # a request that "completed ok" without an answer: the wait is still what happened.
     unanswered = not any(c.ok for c in f.calls.values())
     if not waiting:
-        found = _found_gone(ctx)
+        found = run_cut(ctx) if handed else found
+        found = found if found.reasons else _found_gone(ctx)
         return found if found.reasons else _busy(ctx)
-    if not (f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered):
+    if not (f.ended_badly or not f.bytes_sent or end is None or f.error_events or unanswered):
         return found
     call = waiting[0]
     start = ctx.started(call)
@@ -73,7 +78,7 @@ def stalled(ctx: Context) -> Finding:
             f" (heartbeat at {ctx.at(beat)})"
         )
         client = "the stream stalled mid-way"
-    elif f.first_byte is None:
+    elif not f.bytes_sent:
         client = "no byte reached the client"
     elif f.keepalive_first and call.flow(f.tier) is None:
         client = "the first byte was a keep-alive comment, and no sign of its tokens followed"
