@@ -6,26 +6,14 @@ from __future__ import annotations
 
 from cvdiag.diagnosis.calls import Call, Ref
 from cvdiag.diagnosis.describe import ms, text
-from cvdiag.diagnosis.rules import Context, Finding
-
-
-def handed_over(ctx: Context) -> bool:
-    """The test id's requests answered (or it has none: a run of its own), so its background
-    run's calls (``run_id``: a job, a LangGraph run) are judged as the run's, by how they ended,
-    not by where they stood when a request ended."""
-    f = ctx.facts
-    if f.completion_count:
-        return f.run is not None and not f.ended_badly and f.bytes_sent
-    return f.run is not None and not f.abort_count
+from cvdiag.diagnosis.rules import Context, Finding, run_stalls
 
 
 def run_cut(ctx: Context) -> Finding:
     """A background run's LLM call that a timeout cut, or that never answered: the run stalled
     on its model, whatever its request had answered."""
     f, found = ctx.facts, Finding()
-    for call in f.calls.values():
-        if call.run_id is None or not (call.response is None or call.cut):
-            continue
+    for call in run_stalls(ctx):
         start = ctx.started(call)
         started = f" started at {ctx.at(start)}" if start is not None else ""
         fate = "was never answered (the log ends first)"

@@ -279,7 +279,27 @@ def stall_explains(ctx: Context) -> bool:
     f = ctx.facts
     calls = f.calls.values()
     end = f.ended
+    if run_stalls(ctx):  # a background run's call cut or unanswered: the run's caught timeout
+        return True
     return not any(c.ok for c in calls) and any(ctx.state(c, end) == "waiting" for c in calls)
+
+
+def handed_over(ctx: Context) -> bool:
+    """The test id's requests answered (or it has none: a run of its own), so its background
+    run's calls (``run_id``: a job, a LangGraph run) are judged as the run's, by how they ended,
+    not by where they stood when a request ended."""
+    f = ctx.facts
+    if f.completion_count:
+        return f.run is not None and not f.ended_badly and f.bytes_sent
+    return f.run is not None and not f.abort_count
+
+
+def run_stalls(ctx: Context) -> list[Call]:
+    """A handed-over run's LLM calls that a timeout cut, or that never answered."""
+    if not handed_over(ctx):
+        return []
+    calls = ctx.facts.calls.values()
+    return [c for c in calls if c.run_id is not None and (c.response is None or c.cut)]
 
 
 def refused_calls(ctx: Context) -> list[Call]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from cvdiag.diagnosis.calls import Call, Ref
-from cvdiag.diagnosis.calls_then import calls_then, count, error_of, handed_over, run_cut, went_on
+from cvdiag.diagnosis.calls_then import calls_then, count, error_of, run_cut, went_on
 from cvdiag.diagnosis.describe import ms, text
 from cvdiag.diagnosis.edge import idle_abort, idle_said
-from cvdiag.diagnosis.rules import Context, Finding
+from cvdiag.diagnosis.rules import Context, Finding, handed_over
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.diagnosis.vocabulary import FOUND_GONE, finish_cause
 from cvdiag.schema.vocabulary import Tier
