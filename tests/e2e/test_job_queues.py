@@ -58,7 +58,7 @@ READY = {"celery": "ready.", "arq": "Starting worker"}
 
 #: Around the recipe's web app, innermost: the response's last body message waits until the
 #: worker's log shows the job's LLM call begun (see the module docstring).
-HELD = '''
+HELD = """
 import asyncio
 import os
 
@@ -92,7 +92,7 @@ class HoldLastBody:
 
 
 app.user_middleware.append(Middleware(HoldLastBody))
-'''
+"""
 
 
 def _absent(queue: str) -> str | None:
@@ -117,9 +117,9 @@ def _listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def _process(args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> Iterator[
-    subprocess.Popen[bytes]
-]:
+def _process(
+    args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
             args, cwd=cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True
@@ -244,8 +244,10 @@ def deployment(
     worker = [sys.executable, *WORKER[queue]]
     with _process(worker, where, env, deploy.worker_log, deploy.worker_err) as process:
         _wait(
-            lambda: READY[queue] in deploy.worker_err.read_text(errors="replace")
-            or process.poll() is not None,
+            lambda: (
+                READY[queue] in deploy.worker_err.read_text(errors="replace")
+                or process.poll() is not None
+            ),
             f"the {queue} worker",
         )
         assert process.poll() is None, deploy.worker_err.read_text(errors="replace")
@@ -317,7 +319,8 @@ def test_every_command_reads_both_logs_whole(deployment: Deployment) -> None:
         for line in deployment.lines(log):
             if "CVDIAG {" in line:
                 text, aside = split_envelope(line.encode())
-                assert text is not None and not aside, line
+                assert text is not None, line
+                assert not aside, line
                 json.loads(text)
     logs = [str(deployment.web_log), str(deployment.worker_log)]
     listed = cvdiag("ls", "--json", *logs)
@@ -351,4 +354,5 @@ def test_celery_defaults_stdout_into_its_logger_and_every_envelope_still_a_line(
     assert "ready." in err  # Celery's own records, as Celery writes them
     assert any("Task tasks.summarize[" in line and "succeeded" in line for line in err.splitlines())
     envelopes = [line for line in deployment.lines(deployment.worker_log) if "CVDIAG {" in line]
-    assert envelopes and all(line.startswith("CVDIAG {") for line in envelopes)
+    assert envelopes
+    assert all(line.startswith("CVDIAG {") for line in envelopes)
