@@ -77,6 +77,7 @@ SLOW = (
     "tests/project/test_fake_provider.py",
     "tests/e2e/test_frameworks.py",
     "tests/e2e/test_langgraph_server.py",  # `langgraph dev` processes
+    "tests/e2e/test_job_queues.py",  # redis-server, a Celery and an arq worker, uvicorn
     "tests/outbound/test_httpx.py",
     "tests/providers/test_finish_reasons.py",
     "tests/core/test_log_scrub_uvicorn.py",
