@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from typing import Final
 
 CLASSES: Final = (
+    "cut-by-writer",
     "mock-fixture-mismatch",
     "provider-rate-limited",
     "provider-error",
@@ -25,3 +26,6 @@ CLASSES: Final = (
     "unclassified",
 )
 DEFAULT_FIRST_TOKEN_TIMEOUT: Final = 60.0
+#: Not failed, and never healthy: the log says its writer did not write the story's terminal
+#: (a ``cvdiag.queue_dropped`` line under its test id, at shutdown or when the queue was full).
+NOT_FAILED: Final = frozenset({"healthy", "cut-by-writer"})

@@ -130,11 +130,12 @@ class Facts:
     #: written, and those reports: the story may lack them (``classify.add_drops``).
     dropped: int = 0
     drop_refs: list[Ref] = dataclasses.field(default_factory=list)
-    #: ``backend.sse.event`` envelopes present, and the events the terminals say were sent.
+    #: A ``cvdiag.queue_dropped`` line under this test id: its writer lost its terminal.
+    writer_cut: tuple[float, Ref] | None = None
+    #: SSE events present, and those the terminals say were sent.
     sse_events: int = 0
     events_said: float = 0
-    #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
-    #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
+    #: No text in the refs: for classifying many test ids at once (``ls``, ``stats``).
     lean: bool = False
 
     def ref_of(self, record: Record) -> Ref:
@@ -190,6 +191,8 @@ class Facts:
                 self._quiet_from, self._sent_unknown = record.key, True
         elif boundary.startswith("probe."):
             self._add_probe(record, boundary, meta)
+        elif boundary == "cvdiag.queue_dropped" and self.writer_cut is None:
+            self.writer_cut = (number(meta.get("dropped_count")) or 0, self.ref_of(record))
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
@@ -375,14 +378,6 @@ class Facts:
     @property
     def requests(self) -> int:  # at the default tier (no ingress): the requests that ended
         return max(self.ingresses, self.completion_count + self.abort_count)
-
-    @property
-    def bytes_sent(self) -> bool:
-        """A byte reached the client: a first byte, or body bytes (a JSON answer has no
-        ``sse.first_byte``) on a completion or before an abort."""
-        sizes = [c.size for c in (self.first_completion, self.last_completion) if c is not None]
-        sizes += [a.bytes_before for a in self.aborts]
-        return self.first_byte is not None or any(n is not None and n > 0 for n in sizes)
 
     @property
     def ended_badly(self) -> bool:

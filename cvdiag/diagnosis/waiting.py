@@ -13,7 +13,7 @@ from cvdiag.diagnosis.calls import Call, Ref
 from cvdiag.diagnosis.calls_then import calls_then, count, error_of, run_cut, went_on
 from cvdiag.diagnosis.describe import ms, text
 from cvdiag.diagnosis.edge import idle_abort, idle_said
-from cvdiag.diagnosis.rules import Context, Finding, handed_over
+from cvdiag.diagnosis.rules import Context, Finding, bytes_sent, handed_over
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.diagnosis.vocabulary import FOUND_GONE, finish_cause
 from cvdiag.schema.vocabulary import Tier
@@ -58,7 +58,7 @@ def stalled(ctx: Context) -> Finding:
         found = run_cut(ctx) if handed else found
         found = found if found.reasons else _found_gone(ctx)
         return found if found.reasons else _busy(ctx)
-    if not (f.ended_badly or not f.bytes_sent or end is None or f.error_events or unanswered):
+    if not (f.ended_badly or not bytes_sent(f) or end is None or f.error_events or unanswered):
         return found
     call = waiting[0]
     start = ctx.started(call)
@@ -78,7 +78,7 @@ def stalled(ctx: Context) -> Finding:
             f" (heartbeat at {ctx.at(beat)})"
         )
         client = "the stream stalled mid-way"
-    elif not f.bytes_sent:
+    elif not bytes_sent(f):
         client = "no byte reached the client"
     elif f.keepalive_first and call.flow(f.tier) is None:
         client = "the first byte was a keep-alive comment, and no sign of its tokens followed"

@@ -88,7 +88,7 @@ class StdoutSink(QueuedLineSink):
         if stream is not self._stream:  # the thread too writes on the descriptor of its own,
             self._resolve(stream)  # where it can wait for room and give up at the bound
         if self._fd is not None:
-            done = write_all(self._fd, data, limit, stopped=lambda: self._stopping)
+            done = write_all(self._fd, data, limit, stopped=self._stopped)
             if done < len(data):
                 raise Abandoned(data[done:])
             return
