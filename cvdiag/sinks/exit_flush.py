@@ -50,7 +50,7 @@ shutdown_seconds = 5.0
 
 #: The share of the shutdown bound kept for the report of what was not written: the lines
 #: queued get the rest, then the report is written, waiting for room, in this last part.
-REPORT_SHARE = 0.1
+REPORT_SHARE = 0.25
 
 #: Run before the exit flush: what must still be said (a call outstanding at shutdown ends).
 _before_exit: list[Callable[[], object]] = []
