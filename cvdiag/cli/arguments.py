@@ -206,7 +206,11 @@ def _ls() -> Parser:
     p.add_argument("--class", dest="classes", type=flap_class, action="append", metavar="C",
                    help=f"only the test ids of class C: {', '.join(CLASSES)};"
                    " repeat for either")  # fmt: skip
-    p.add_argument("--failed", action="store_true", help="every test id that failed (not healthy, not cut by the writer)")
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="every test id that failed (not healthy, not cut by the writer)",
+    )
     _test_ids(p, "only this test id")
     _window(p)
     _json(p, "a JSON array, one object per test id")

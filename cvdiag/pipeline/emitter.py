@@ -176,7 +176,7 @@ class Emitter(TierGate):
         that story's envelopes not written."""
         env = _envelope.build(
             "cvdiag.queue_dropped",
-            outcome="info",
+            outcome="err" if test_id else "info",  # err: a story lost its terminal
             metadata={"dropped_count": count},
             duration_ms=None,
             context=RequestContext(test_id=test_id or new_uuid7(), trace_id=new_uuid7()),
