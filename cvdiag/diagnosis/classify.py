@@ -218,7 +218,7 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
     unchecked = [c for c in before if NEEDS[c] > facts.tier]
     if name == "backend-error" and facts.tier < Tier.VERBOSE and _timeout_caught(facts):
         unchecked.append("stalled-backend")  # a caught timeout may be a call's, left waiting
-    if facts.dropped:
+    if facts.dropped and name != "cut-by-writer":  # that one says it already
         # Not a class of its own: whatever the class, the story it rests on may lack envelopes.
         reason += (
             f"; the log reports {facts.dropped} envelope{'s' if facts.dropped > 1 else ''}"
