@@ -2,7 +2,8 @@
 
 A FastAPI route (uvicorn, a process of its own, stdout kept as ``web.log``) enqueues an agent
 job and answers ``202`` with a small JSON body; a Celery worker (its defaults: the prefork pool,
-stdout redirected into its logger) or an arq worker (stdout kept as ``worker.log``) runs it
+stdout redirected into its logger), an arq worker, an RQ worker (a work horse forked per job) or
+a Dramatiq worker (stdout kept as ``worker.log``) runs it
 against the local fake provider. The recipes' files are written from the page as they are;
 the test adds one thing around the web app, an inner middleware that holds the response's last
 body message until the worker's log shows the job's LLM call begun, and the provider answers
@@ -48,13 +49,26 @@ REDIS = shutil.which("redis-server")
 FILES = {
     "celery": {"tasks.py": "celery-tasks", "web.py": "celery-web"},
     "arq": {"jobs.py": "arq-jobs", "web.py": "arq-web"},
+    "rq": {"jobs.py": "rq-jobs", "web.py": "rq-web"},
+    "dramatiq": {"actors.py": "dramatiq-actors", "web.py": "dramatiq-web"},
 }
+QUEUES = list(FILES)
+#: Each worker as its page says to run it (Dramatiq on one process and one thread: the tests
+#: send one job at a time, and the machine is shared).
 WORKER = {
-    "celery": ["-m", "celery", "-A", "tasks", "worker", "--loglevel=INFO"],
-    "arq": ["-m", "arq", "jobs.WorkerSettings"],
+    "celery": [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel=INFO"],
+    "arq": [sys.executable, "-m", "arq", "jobs.WorkerSettings"],
+    "rq": [str(Path(sys.executable).with_name("rq")), "worker"],
+    "dramatiq": [str(Path(sys.executable).with_name("dramatiq")), "actors"]
+    + ["--processes", "1", "--threads", "1"],
 }
-#: What a worker writes once it takes jobs (on its stderr, where both log).
-READY = {"celery": "ready.", "arq": "Starting worker"}
+#: What a worker writes once it takes jobs (on its stdout or its stderr).
+READY = {
+    "celery": "ready.",
+    "arq": "Starting worker",
+    "rq": "Listening on",
+    "dramatiq": "ready for action",
+}
 
 #: Around the recipe's web app, innermost: the response's last body message waits until the
 #: worker's log shows the job's LLM call begun (see the module docstring).
@@ -165,8 +179,11 @@ class Deployment:
         self.url = url
         self.provider = provider
         self.web_log = where / "web.log"
-        self.worker_log = where / "worker.log"
+        self.worker_out = where / "worker.out"
         self.worker_err = where / "worker.err"
+        #: Dramatiq's command sends its worker processes' stdout to its own stderr (the
+        #: page says so): that is its worker's log.
+        self.worker_log = self.worker_err if queue == "dramatiq" else self.worker_out
 
     def lines(self, log: Path) -> list[str]:
         return log.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -212,7 +229,7 @@ class Deployment:
         return verdict
 
 
-@pytest.fixture(scope="module", params=["celery", "arq"])
+@pytest.fixture(scope="module", params=QUEUES)
 def deployment(
     request: pytest.FixtureRequest,
     redis_url: str,
@@ -240,16 +257,16 @@ def deployment(
     for name in ("PYTHONUNBUFFERED", "CVDIAG_DEBUG", "CVDIAG_FILE"):
         env.pop(name, None)
     deploy = Deployment(queue, where, "", provider)
-    deploy.worker_log.touch()
-    worker = [sys.executable, *WORKER[queue]]
-    with _process(worker, where, env, deploy.worker_log, deploy.worker_err) as process:
-        _wait(
-            lambda: (
-                READY[queue] in deploy.worker_err.read_text(errors="replace")
-                or process.poll() is not None
-            ),
-            f"the {queue} worker",
-        )
+    deploy.worker_out.touch()
+    deploy.worker_err.touch()
+    worker = [*WORKER[queue], *(["--url", redis_url] if queue == "rq" else [])]
+
+    def ready() -> bool:
+        said = deploy.worker_err.read_text(errors="replace")
+        return READY[queue] in said + deploy.worker_out.read_text(errors="replace")
+
+    with _process(worker, where, env, deploy.worker_out, deploy.worker_err) as process:
+        _wait(lambda: ready() or process.poll() is not None, f"the {queue} worker")
         assert process.poll() is None, deploy.worker_err.read_text(errors="replace")
         port = free_port()
         web = [sys.executable, "-m", "uvicorn", "held:app", "--port", str(port)]
