@@ -59,8 +59,10 @@ WORKER = {
     "celery": [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel=INFO"],
     "arq": [sys.executable, "-m", "arq", "jobs.WorkerSettings"],
     "rq": [str(Path(sys.executable).with_name("rq")), "worker"],
-    "dramatiq": [str(Path(sys.executable).with_name("dramatiq")), "actors"]
-    + ["--processes", "1", "--threads", "1"],
+    "dramatiq": [
+        *(str(Path(sys.executable).with_name("dramatiq")), "actors"),
+        *("--processes", "1", "--threads", "1"),
+    ],
 }
 #: What a worker writes once it takes jobs (on its stdout or its stderr).
 READY = {
