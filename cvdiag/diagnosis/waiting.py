@@ -339,6 +339,9 @@ def healthy(ctx: Context) -> Finding:
         note = f"; {count(during)} ended {error_of(during[0])} {way}"
     if later:
         note += f"; {count(later)} begun after the response ended {error_of(later[0])}"
+    run = [c for c in f.calls.values() if c.run_id and c.ok] if handed_over(ctx) else []
+    if run:  # the work it handed over: a job, a run, judged by how its calls ended
+        note += f"; its background run {run[0].run_id}: {count(run)} answered ok"
     found.add(
         f"completed ok{many}: {done.ref.summary}{note}",
         [done.ref],

@@ -401,6 +401,7 @@ def _handed_to_a_job(*, answered: bool = True, cut: bool = False) -> Story:
 def test_a_request_that_handed_its_work_to_a_job_is_judged_as_a_request_the_job_as_a_run() -> None:
     verdict = _classify(_handed_to_a_job())
     assert verdict.flap_class == "healthy", verdict.reason
+    assert verdict.reason.endswith("; its background run job-7: 1 LLM call answered ok")
     cut = _classify(_handed_to_a_job(cut=True))
     assert cut.flap_class == "stalled-backend", cut.reason
     assert "of the background run job-7" in cut.reason
