@@ -77,6 +77,9 @@ SLOW = (
     "tests/project/test_fake_provider.py",
     "tests/e2e/test_frameworks.py",
     "tests/e2e/test_langgraph_server.py",  # `langgraph dev` processes
+    "tests/e2e/test_job_queues.py",  # redis-server, a Celery and an arq worker, uvicorn
+    "tests/sinks/test_host_stdout.py",  # a process per case, Celery's LoggingProxy in it
+    "tests/sinks/test_sinks.py::test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound",
     "tests/outbound/test_httpx.py",
     "tests/providers/test_finish_reasons.py",
     "tests/core/test_log_scrub_uvicorn.py",

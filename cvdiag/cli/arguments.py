@@ -198,15 +198,19 @@ def _ls() -> Parser:
         "ls",
         "List the test ids of a log: class, requests, status, duration, first seen.",
         """One line per test id, in the order first seen. --class keeps the given classes
-        (repeat for either), --failed every class but healthy: the list a CI job prints when
-        something failed. Exit 1 when nothing is listed.""",
+        (repeat for either), --failed every class but healthy and cut-by-writer: the list a CI
+        job prints when something failed. Exit 1 when nothing is listed.""",
         "cvdiag ls --failed app.log\n"
         "cvdiag ls --class stalled-backend --since 2026-11-22T03:00Z app.log",
     )
     p.add_argument("--class", dest="classes", type=flap_class, action="append", metavar="C",
                    help=f"only the test ids of class C: {', '.join(CLASSES)};"
                    " repeat for either")  # fmt: skip
-    p.add_argument("--failed", action="store_true", help="every test id that is not healthy")
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="every test id that failed (not healthy, not cut by the writer)",
+    )
     _test_ids(p, "only this test id")
     _window(p)
     _json(p, "a JSON array, one object per test id")

@@ -114,7 +114,17 @@ def _drop_reports(args: argparse.Namespace) -> list[Record]:
             source.numbered = False
         needle = DROPPED.encode()
         streams = [records(source, _ignored, needle=needle) for source in sources]
-        return [r for r in heapq.merge(*streams, key=_key) if r.envelope["boundary"] == DROPPED]
+        return [
+            r
+            for r in heapq.merge(*streams, key=_key)
+            if r.envelope["boundary"] == DROPPED and not _names_a_story(r)
+        ]
+
+
+def _names_a_story(record: Record) -> bool:
+    """A report under a story's own test id (its terminal lost): that story's, and counted in
+    the report under a test id of its own already."""
+    return bool(record.envelope["outcome"] == "err")
 
 
 def _key(record: Record) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import orjson
 from cvdiag.cli.output import NOTHING, OK, USAGE, Failure, Malformations, Output
 from cvdiag.compare.flakes import Test, by_test, ended_well
 from cvdiag.compare.story import Story
+from cvdiag.diagnosis.classes import accounting
 from cvdiag.logs.reading import Inputs, Malformed, records, written_as_is
 
 #: Failing test ids of one log up to this many are read again one by one (module-level: the
@@ -81,7 +82,7 @@ def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> No
             for item in inputs:
                 item.numbered = False
                 for record in records(item, _ignored, test_id=ids):
-                    if not record.envelope["boundary"].startswith("cvdiag."):
+                    if not accounting(record.envelope):
                         stories[record.envelope["test_id"]].facts.add(record)
 
 

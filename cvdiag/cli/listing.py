@@ -11,6 +11,7 @@ import orjson
 from cvdiag.cli.opening import again, names, opened
 from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, say
 from cvdiag.cli.style import class_color
+from cvdiag.diagnosis.classes import NOT_FAILED, accounting
 from cvdiag.diagnosis.pertest import PerTestId
 from cvdiag.diagnosis.rows import Rows
 from cvdiag.logs.reading import format_key, records
@@ -35,7 +36,7 @@ def ls(args: argparse.Namespace) -> int:
         for source in inputs:
             for record in records(source, malformed, test_id=ids):
                 env = record.envelope
-                if env["boundary"].startswith("cvdiag."):  # not a test's story
+                if accounting(env):  # not a test's story
                     if env["boundary"] == "cvdiag.queue_dropped":
                         count = env["metadata"].get("dropped_count")
                         dropped += count if type(count) is int and count > 0 else 0
@@ -65,7 +66,7 @@ def ls(args: argparse.Namespace) -> int:
             flap_class = rows.flap_class(row)
             if args.classes and flap_class not in args.classes:
                 continue
-            if args.failed and flap_class == "healthy":
+            if args.failed and flap_class in NOT_FAILED:
                 continue
             yield rows.row(test_id, row)
 

@@ -56,11 +56,13 @@ def report(args: argparse.Namespace) -> int:
         _write_stdout(found)
         return USAGE if unread else OK
     write_page(args.output, found)
-    failed = found.test_ids - found.counts.get("healthy", 0)
+    cut = found.counts.get("cut-by-writer", 0)
+    failed = found.test_ids - found.counts.get("healthy", 0) - cut
     tests = f"tests: {headline(cases)}; " if args.junit else ""
+    apart = f" {cut} cut by the writer," if cut else ""
     say(
         f"report: wrote {args.output}: {tests}{found.test_ids} test id(s), {failed} failed,"
-        f" {len(found.stories)} drawn"
+        f"{apart} {len(found.stories)} drawn"
     )
     # A JUnit file that could not be read is said at once; the page is still written from the
     # rest, and the status says something was left out.

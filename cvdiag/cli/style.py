@@ -93,6 +93,7 @@ CLASS_COLORS: Final = {
     "healthy": ("green",),
     "client-abort": ("yellow",),
     "incomplete": ("magenta",),
+    "cut-by-writer": ("magenta",),
     "unclassified": ("magenta",),
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
+from cvdiag.diagnosis.classes import accounting
 from cvdiag.diagnosis.classify import Verdict, classify
 from cvdiag.diagnosis.describe import edge_headers, number
 from cvdiag.diagnosis.facts import Facts
@@ -95,7 +96,7 @@ class Story:
     def add(self, record: Record) -> None:
         env = record.envelope
         boundary: str = env["boundary"]
-        if boundary.startswith("cvdiag."):
+        if boundary.startswith("cvdiag.") and accounting(env):
             return
         self.count += 1
         if self.gather_facts:

@@ -6,6 +6,7 @@ so scopes and outbound calls find their request without being handed it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, Final, NamedTuple
 
@@ -56,9 +57,19 @@ class RequestState:
 _STATE: ContextVar[RequestState | None] = ContextVar("cvdiag_request_state", default=None)
 
 
+#: Where a context is found outside any request or scope: a LangGraph run's config, whose test
+#: id the run's scopes adopt (cvdiag/scopes/run_config.py sets it; core cannot import scopes).
+#: So the run's own code, and its log lines through the logging filter, see that id too.
+outside_context: list[Callable[[], RequestContext | None]] = []
+
+
 def current_context() -> RequestContext | None:
-    """The context of the request (or scope) this code runs in, if any."""
-    return _CURRENT.get()
+    """The context of the request (or scope) this code runs in, if any: outside both, the run
+    whose config names a test id (a LangGraph node's body)."""
+    ctx = _CURRENT.get()
+    if ctx is None and outside_context:
+        return outside_context[0]()
+    return ctx
 
 
 def set_context(context: RequestContext | None) -> Token[RequestContext | None]:

@@ -3,7 +3,9 @@
 
 Both read the request context (cvdiag/core/context.py), which the middleware sets per request and
 which asyncio copies into the request's tasks and Starlette into its threadpool; a scope or an
-instrumented call narrows its ``span_id`` to its own span. Outside any request or scope (and for
+instrumented call narrows its ``span_id`` to its own span; in a LangGraph node's body, outside
+its scopes, the run's config gives the test id its scopes adopt (``current_context``). Outside
+any request, scope or run (and for
 every request while cvdiag is off: the middleware is then a pass-through and sets nothing) there
 is no context: the filter sets the three attributes to None, so that a format such as
 ``%(test_id)s`` never raises, and the processor adds nothing.
@@ -18,7 +20,7 @@ import logging
 from collections.abc import MutableMapping
 from typing import Any, Final
 
-from cvdiag.core.context import _CURRENT
+from cvdiag.core.context import current_context
 
 __all__ = ["LOG_KEYS", "LogContextFilter", "add_log_context"]
 
@@ -37,7 +39,7 @@ class LogContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
-            ctx = _CURRENT.get()
+            ctx = current_context()
             values = (None, None, None) if ctx is None else (ctx.test_id, ctx.trace_id, ctx.span_id)
             fields = record.__dict__
             for key, value in zip(LOG_KEYS, values, strict=True):
@@ -53,7 +55,7 @@ def add_log_context(
 ) -> MutableMapping[str, Any]:
     """structlog processor: adds ``test_id``, ``trace_id`` and ``span_id`` inside a request or
     scope (keys the event already has are kept); outside one it adds nothing."""
-    ctx = _CURRENT.get()
+    ctx = current_context()
     if ctx is not None:
         event_dict.setdefault("test_id", ctx.test_id)
         event_dict.setdefault("trace_id", ctx.trace_id)

@@ -87,6 +87,9 @@ class Call:
     #: reported in its body, as written (a mock's ``no_fixture_match``).
     error_code: str | None = None
     error_message: str | None = None
+    #: ``run_id`` of the start (additive): the call was a background run's (a job's, a
+    #: LangGraph run's), begun under the test id of the request that handed it the work.
+    run_id: str | None = None
 
     def read_error(self, meta: dict[str, Any]) -> None:
         code, message = meta.get("provider_error_code"), meta.get("provider_error_message")

@@ -1,11 +1,34 @@
 """What the LLM calls had done when the client left, and what they did after: the words
-``client-abort`` and ``healthy`` use for the calls of a story."""
+``client-abort`` and ``healthy`` use for the calls of a story, and ``stalled-backend`` for a
+background run's (``run_cut``)."""
 
 from __future__ import annotations
 
 from cvdiag.diagnosis.calls import Call, Ref
 from cvdiag.diagnosis.describe import ms, text
-from cvdiag.diagnosis.rules import Context
+from cvdiag.diagnosis.rules import Context, Finding, run_stalls
+
+
+def run_cut(ctx: Context) -> Finding:
+    """A background run's LLM call that a timeout cut, or that never answered: the run stalled
+    on its model, whatever its request had answered."""
+    f, found = ctx.facts, Finding()
+    for call in run_stalls(ctx):
+        start = ctx.started(call)
+        started = f" started at {ctx.at(start)}" if start is not None else ""
+        fate = "was never answered (the log ends first)"
+        if call.response is not None:
+            fate = f"was cut by {error_of(call)} after {ms(call.latency_ms or 0.0)}"
+        done = f.last_completion
+        answered = f"; the request had answered ({done.ref.summary})" if done else ""
+        found.add(
+            f"LLM call {call.label} of the background run {call.run_id}{started} {fate}{answered}",
+            [*call.refs(), *([done.ref] if done else [])],
+            llm_call=call.to_json(),
+            run_id=call.run_id,
+        )
+        return found
+    return found
 
 
 def went_on(outlived: list[Call]) -> str:

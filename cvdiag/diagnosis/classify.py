@@ -54,6 +54,7 @@ from cvdiag.schema.vocabulary import Tier
 #: The lowest tier whose envelopes can show each class (docs/troubleshooting.md). The provider
 #: classes are also named at the default tier from a caught provider exception.
 NEEDS: Final[dict[str, Tier]] = {
+    "cut-by-writer": Tier.DEFAULT,
     "mock-fixture-mismatch": Tier.VERBOSE,
     "provider-rate-limited": Tier.VERBOSE,
     "provider-error": Tier.VERBOSE,
@@ -128,6 +129,8 @@ def facts_shown(evidence: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 def classify(facts: Facts, *, first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT) -> Verdict:
     """The first class whose rule holds, with its reason, evidence and any caveat."""
     ctx = Context(facts, first_token_timeout)
+    if facts.writer_cut is not None:
+        return _cut_by_writer(ctx, *facts.writer_cut)
     for name, rule in _RULES:
         found = rule(ctx)
         if found.reasons:
@@ -151,6 +154,21 @@ FROM_ABSENCE: Final = frozenset(
         "unclassified",
     }
 )
+
+
+def _cut_by_writer(ctx: Context, count: float, ref: Ref) -> Verdict:
+    """The log says its writer did not write this story's terminal: the story was cut by the
+    writer (a reader too slow when the process shut down, a queue that overflowed), so no cause
+    is named from what is absent, and it is not counted as failed."""
+    found = Finding()
+    found.add(
+        f"the story was cut by the writer, not by the request: the log says {count:g} of its"
+        f" envelopes, its terminal among them, were not written ({ref.summary} at"
+        f" {ctx.at(ref)}); no cause is named from what is absent",
+        [ref],
+        not_written=int(count),
+    )
+    return _verdict(ctx, "cut-by-writer", found.reasons[0], found)
 
 
 def _incomplete(facts: Facts) -> str:
@@ -200,7 +218,7 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
     unchecked = [c for c in before if NEEDS[c] > facts.tier]
     if name == "backend-error" and facts.tier < Tier.VERBOSE and _timeout_caught(facts):
         unchecked.append("stalled-backend")  # a caught timeout may be a call's, left waiting
-    if facts.dropped:
+    if facts.dropped and name != "cut-by-writer":  # that one says it already
         # Not a class of its own: whatever the class, the story it rests on may lack envelopes.
         reason += (
             f"; the log reports {facts.dropped} envelope{'s' if facts.dropped > 1 else ''}"

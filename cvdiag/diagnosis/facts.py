@@ -41,6 +41,8 @@ class Completion:
     outcome: str
     status: float | None
     events: float | None
+    #: ``content_length``: the body bytes the app sent (a JSON answer has no first byte).
+    size: float | None = None
 
     @property
     def bad(self) -> bool:
@@ -128,11 +130,12 @@ class Facts:
     #: written, and those reports: the story may lack them (``classify.add_drops``).
     dropped: int = 0
     drop_refs: list[Ref] = dataclasses.field(default_factory=list)
-    #: ``backend.sse.event`` envelopes present, and the events the terminals say were sent.
+    #: A ``cvdiag.queue_dropped`` line under this test id: its writer lost its terminal.
+    writer_cut: tuple[float, Ref] | None = None
+    #: SSE events present, and those the terminals say were sent.
     sse_events: int = 0
     events_said: float = 0
-    #: Keep no text in the refs (no summary, no place): for classifying many test ids at once
-    #: (``ls``, ``stats --by-class``), where only the class is shown. The class is the same.
+    #: No text in the refs: for classifying many test ids at once (``ls``, ``stats``).
     lean: bool = False
 
     def ref_of(self, record: Record) -> Ref:
@@ -177,10 +180,9 @@ class Facts:
             self._quiet_from, self._sent_unknown = record.key, False
         elif boundary == "backend.error.caught":
             self._add_error(record, meta)
-        elif boundary.startswith("backend.llm.call."):
-            self._add_call(record, boundary, meta)
-            self.run = self.run or _string(meta.get("run_id"))
-        elif boundary == "backend.agent.enter":
+        elif boundary.startswith(("backend.llm.call.", "backend.agent.enter")):
+            if boundary != "backend.agent.enter":
+                self._add_call(record, boundary, meta)
             self.run = self.run or _string(meta.get("run_id"))
         elif boundary == "backend.sse.first_byte":
             ref = self.ref_of(record)
@@ -193,6 +195,8 @@ class Facts:
                 self._quiet_from, self._sent_unknown = record.key, True
         elif boundary.startswith("probe."):
             self._add_probe(record, boundary, meta)
+        elif boundary == "cvdiag.queue_dropped" and self.writer_cut is None:
+            self.writer_cut = (number(meta.get("dropped_count")) or 0, self.ref_of(record))
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
@@ -271,6 +275,7 @@ class Facts:
             outcome,
             number(meta.get("http_status")),
             number(meta.get("sse_event_count")),
+            number(meta.get("content_length")),
         )
         self.completion_count += 1
         self.events_said += done.events or 0
@@ -314,6 +319,7 @@ class Facts:
             call.quiet_since, call.quiet_unknown = self._quiet_from, self._sent_unknown
             call.provider = _string(meta.get("provider")) or call.provider
             call.model = _string(meta.get("model")) or call.model
+            call.run_id = _string(meta.get("run_id"))
         elif boundary.endswith(".heartbeat"):
             call.heartbeats += 1
             call.last_heartbeat = beat = self.ref_of(record)
@@ -354,8 +360,7 @@ class Facts:
                 self._answer_unsent = self._answer_unsent_content = True
 
     def lead_ms(self, clock: Clock) -> float:
-        """How long before the first envelope (``clock``'s anchor) the first request began: 0
-        with its ingress in the log, else what a terminal's ``duration_ms`` says."""
+        """How long before the first envelope the first request began (its terminal says)."""
         lead = max([0.0] + [lasted - clock.offset_ms(ref.key) for ref, lasted in self.lasted])
         return lead if lead > 1.0 else 0.0  # within the ms rounding: the ingress is there
 
@@ -375,8 +380,7 @@ class Facts:
         return self.last_completion.ref if self.last_completion is not None else None
 
     @property
-    def requests(self) -> int:
-        """Ingress envelopes, or at the default tier (no ingress) the requests that ended."""
+    def requests(self) -> int:  # at the default tier (no ingress): the requests that ended
         return max(self.ingresses, self.completion_count + self.abort_count)
 
     @property

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Generic
 
+from cvdiag.diagnosis.classes import accounting
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.logs.folded import Folded, T
 from cvdiag.logs.inputs import Inputs
@@ -46,7 +47,7 @@ def reread(files: Sequence[str]) -> Again:
             for source in sources:
                 source.numbered = False
                 for record in records(source, _reported_already, test_id=ids):
-                    if not record.envelope["boundary"].startswith("cvdiag."):
+                    if not accounting(record.envelope):
                         yield record
 
     return read

@@ -279,7 +279,35 @@ def stall_explains(ctx: Context) -> bool:
     f = ctx.facts
     calls = f.calls.values()
     end = f.ended
+    if run_stalls(ctx):  # a background run's call cut or unanswered: the run's caught timeout
+        return True
     return not any(c.ok for c in calls) and any(ctx.state(c, end) == "waiting" for c in calls)
+
+
+def bytes_sent(f: Facts) -> bool:
+    """A byte reached the client: a first byte, or body bytes (a JSON answer has no
+    ``sse.first_byte``) on a completion or before an abort."""
+    sizes = [c.size for c in (f.first_completion, f.last_completion) if c is not None]
+    sizes += [a.bytes_before for a in f.aborts]
+    return f.first_byte is not None or any(n is not None and n > 0 for n in sizes)
+
+
+def handed_over(ctx: Context) -> bool:
+    """The test id's requests answered (or it has none: a run of its own), so its background
+    run's calls (``run_id``: a job, a LangGraph run) are judged as the run's, by how they ended,
+    not by where they stood when a request ended."""
+    f = ctx.facts
+    if f.completion_count:
+        return f.run is not None and not f.ended_badly and bytes_sent(f)
+    return f.run is not None and not f.abort_count
+
+
+def run_stalls(ctx: Context) -> list[Call]:
+    """A handed-over run's LLM calls that a timeout cut, or that never answered."""
+    if not handed_over(ctx):
+        return []
+    calls = ctx.facts.calls.values()
+    return [c for c in calls if c.run_id is not None and (c.response is None or c.cut)]
 
 
 def refused_calls(ctx: Context) -> list[Call]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Final
 
+from cvdiag.diagnosis.classes import accounting
 from cvdiag.diagnosis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
 from cvdiag.diagnosis.describe import number
 from cvdiag.diagnosis.pertest import Again, PerTestId
@@ -85,7 +86,7 @@ class Group:
         elif boundary == "backend.llm.call.response":
             self.llm_responses += 1
             self.llm_outcomes[envelope["outcome"]] += 1
-        elif boundary == "cvdiag.queue_dropped":
+        elif boundary == "cvdiag.queue_dropped" and envelope["outcome"] != "err":
             dropped = number(envelope["metadata"].get("dropped_count"))
             self.dropped += int(dropped) if dropped is not None else 0
 
@@ -288,7 +289,7 @@ class Stats:
             if both is not None:
                 both(self._overall, group, envelope["metadata"], envelope)
         # Accounting envelopes carry a fresh test id each: they are not a test's story.
-        if self.by_class and not boundary.startswith("cvdiag."):
+        if self.by_class and not accounting(envelope):
             self.facts.add(record, slug)
 
     def partial(self) -> Part:

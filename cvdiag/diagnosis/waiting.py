@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from cvdiag.diagnosis.calls import Call, Ref
-from cvdiag.diagnosis.calls_then import calls_then, count, error_of, went_on
+from cvdiag.diagnosis.calls_then import calls_then, count, error_of, run_cut, went_on
 from cvdiag.diagnosis.describe import ms, text
 from cvdiag.diagnosis.edge import idle_abort, idle_said
-from cvdiag.diagnosis.rules import Context, Finding
+from cvdiag.diagnosis.rules import Context, Finding, bytes_sent, handed_over
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.diagnosis.vocabulary import FOUND_GONE, finish_cause
 from cvdiag.schema.vocabulary import Tier
@@ -46,14 +46,19 @@ def stalled(ctx: Context) -> Finding:
     """A call was still waiting (no answer, no sign of its tokens) when the request ended."""
     f, found = ctx.facts, Finding()
     end = f.ended
-    waiting = [c for c in f.calls.values() if ctx.state(c, end) == "waiting"]
+    # A request that answered and handed work to a run: the run's calls are judged by how
+    # they ended (``run_cut``), not by where they stood when the request ended.
+    handed = handed_over(ctx)
+    calls = [c for c in f.calls.values() if not (handed and c.run_id)]
+    waiting = [c for c in calls if ctx.state(c, end) == "waiting"]
     # A call cut by a timeout and reported in-band, or with no call answering at all, leaves
     # a request that "completed ok" without an answer: the wait is still what happened.
     unanswered = not any(c.ok for c in f.calls.values())
     if not waiting:
-        found = _found_gone(ctx)
+        found = run_cut(ctx) if handed else found
+        found = found if found.reasons else _found_gone(ctx)
         return found if found.reasons else _busy(ctx)
-    if not (f.ended_badly or f.first_byte is None or end is None or f.error_events or unanswered):
+    if not (f.ended_badly or not bytes_sent(f) or end is None or f.error_events or unanswered):
         return found
     call = waiting[0]
     start = ctx.started(call)
@@ -73,7 +78,7 @@ def stalled(ctx: Context) -> Finding:
             f" (heartbeat at {ctx.at(beat)})"
         )
         client = "the stream stalled mid-way"
-    elif f.first_byte is None:
+    elif not bytes_sent(f):
         client = "no byte reached the client"
     elif f.keepalive_first and call.flow(f.tier) is None:
         client = "the first byte was a keep-alive comment, and no sign of its tokens followed"
@@ -334,6 +339,9 @@ def healthy(ctx: Context) -> Finding:
         note = f"; {count(during)} ended {error_of(during[0])} {way}"
     if later:
         note += f"; {count(later)} begun after the response ended {error_of(later[0])}"
+    run = [c for c in f.calls.values() if c.run_id and c.ok] if handed_over(ctx) else []
+    if run:  # the work it handed over: a job, a run, judged by how its calls ended
+        note += f"; its background run {run[0].run_id}: {count(run)} answered ok"
     found.add(
         f"completed ok{many}: {done.ref.summary}{note}",
         [done.ref],

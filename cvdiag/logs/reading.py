@@ -7,7 +7,9 @@ decoded and parsed. Memory is one block per input plus what the caller keeps.
 **Which lines are envelopes.** A line holds an envelope when ``CVDIAG {`` starts it, or follows
 one of the prefixes log collectors add, and nothing else: a docker compose service label
 (``web-1  | ``, coloured or not), an RFC 3339 timestamp (``docker logs -t``, ``kubectl logs
---timestamps``, CI runners), or a Kubernetes CRI line head (``<timestamp> stdout F ``), in that
+--timestamps``, CI runners), a Kubernetes CRI line head (``<timestamp> stdout F ``), or the head
+Celery's default log format gives a record (``[2026-12-07 16:08:02,550: WARNING/ForkPoolWorker-2]
+``: an envelope a worker wrote through Celery's stdout proxy, one record per line), in that
 order, each optional. The rest of the line, trailing whitespace aside, must be one JSON object.
 A ``CVDIAG {`` anywhere else in a line (glued after a host's own text, quoted in another log
 record, forged inside a client-supplied string) is never read as an envelope and never dropped
@@ -80,6 +82,10 @@ _COLLECTOR_PATTERN: Final = (
     + rb"(?:"
     + _STAMP
     + rb"(?: (?:stdout|stderr) [FP])? )?"
+    + _ANSI
+    + rb"(?:\["
+    + _STAMP
+    + rb": [A-Z]{1,10}/[A-Za-z0-9_.-]{1,64}\] )?"
     + _ANSI
     + rb"CVDIAG \{"
 )

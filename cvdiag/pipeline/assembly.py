@@ -49,7 +49,7 @@ def line_sinks(sinks: Sequence[Sink]) -> tuple[LineSink, ...] | None:
 
 def adopt_queues(
     sinks: Sequence[Sink],
-    drop_report: Callable[[int], bytes | None],
+    drop_report: Callable[[int, str | None], bytes | None],
     *,
     enabled: bool,
     bound: float,

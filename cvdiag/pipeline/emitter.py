@@ -170,14 +170,16 @@ class Emitter(TierGate):
             except Exception as exc:
                 record_failure("sink", exc)
 
-    def _queue_dropped_line(self, count: int) -> bytes | None:
-        """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains."""
+    def _queue_dropped_line(self, count: int, test_id: str | None = None) -> bytes | None:
+        """The ``cvdiag.queue_dropped`` line a queued sink writes once its pipe drains: under a
+        test id of its own, or (``test_id``) under the story that lost its terminal, counting
+        that story's envelopes not written."""
         env = _envelope.build(
             "cvdiag.queue_dropped",
-            outcome="info",
+            outcome="err" if test_id else "info",  # err: a story lost its terminal
             metadata={"dropped_count": count},
             duration_ms=None,
-            context=RequestContext(test_id=new_uuid7(), trace_id=new_uuid7()),
+            context=RequestContext(test_id=test_id or new_uuid7(), trace_id=new_uuid7()),
             span_id=new_span_id(),
             parent_span_id=None,
             edge_headers=_envelope.NULL_EDGE_HEADERS,

@@ -22,7 +22,7 @@ from typing import Any, Final
 import orjson
 
 from cvdiag.compare.diff import Comparison
-from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
+from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, accounting
 from cvdiag.diagnosis.pertest import PerTestId, reread
 from cvdiag.diagnosis.rows import Rows
 from cvdiag.logs.inputs import Input, Inputs
@@ -108,7 +108,7 @@ def gather(
         for source in inputs:
             for record in records(source, malformed, test_id=only):
                 boundary = record.envelope["boundary"]
-                if boundary.startswith("cvdiag."):  # accounting: not a test's story
+                if accounting(record.envelope):  # not a test's story
                     if boundary == DROPPED:
                         count = record.envelope["metadata"].get("dropped_count")
                         dropped += count if type(count) is int and count > 0 else 0
@@ -123,6 +123,8 @@ def gather(
                 source.numbered = False
                 for record in records(source, _ignored, needle=DROPPED.encode()):
                     count = record.envelope["metadata"].get("dropped_count")
+                    if not accounting(record.envelope):
+                        continue  # a story's own report (its terminal lost): read with it
                     if record.envelope["boundary"] == DROPPED and len(drops) < MAX_DROP_REPORTS:
                         dropped += count if type(count) is int and count > 0 else 0
                         drops.append(record)
@@ -184,7 +186,7 @@ def _stories(
         streams = [_drawn(source, ids) for source in inputs]
         ordered = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_key)
         for record in ordered:
-            if not record.envelope["boundary"].startswith("cvdiag."):
+            if not accounting(record.envelope):
                 stories[record.envelope["test_id"]].add(record)
     for story in stories.values():
         story.finish(drops, first_token_timeout=timeout)

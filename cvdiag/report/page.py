@@ -105,8 +105,11 @@ def _headline(report: Report) -> str:
     else test ids by class."""
     if report.cases:
         return headline(report.cases)
-    failed = report.test_ids - report.counts.get("healthy", 0)
-    return f"{failed} of {report.test_ids} test ids failed"
+    cut = report.counts.get("cut-by-writer", 0)
+    failed = report.test_ids - report.counts.get("healthy", 0) - cut
+    # A story its writer cut (its terminal not written) is not a failure: counted apart.
+    apart = f"; {cut} cut by the writer (not written, not failed)" if cut else ""
+    return f"{failed} of {report.test_ids} test ids failed{apart}"
 
 
 def _header(report: Report, title: str) -> Iterator[str]:

@@ -20,6 +20,7 @@ BADGES: Final = {
     "slow-first-token": "◔",
     "provider-empty": "○",
     "client-abort": "↩",
+    "cut-by-writer": "✂",
     "incomplete": "◌",
     "protocol-incomplete": "◐",
     "healthy": "✓",

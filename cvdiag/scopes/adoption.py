@@ -11,6 +11,7 @@ config is read where a scope begins (cvdiag/scopes/run_config.py).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from contextvars import Token
@@ -41,7 +42,10 @@ class AdoptedTestId:
     current one when it has the same id, else the latest request in this process that sent the
     id: its trace, slug and span (what begins inside hangs under it), and an LLM call that ends
     after that request's terminal says by how much (``after_request_end_ms``). Otherwise it
-    starts a trace of its own. ``trace_id`` and ``slug``, when given, win. ``run_id`` and
+    starts a trace of its own. ``trace_id`` and ``slug``, when given, win; ``parent_span_id``
+    (16 hex digits: ``current_context().span_id`` where the work was handed over, in the route
+    that enqueued the job) continues that trace in another process, what begins inside hanging
+    under that span. ``run_id`` and
     ``thread_id`` name the run on the start envelopes begun inside (``backend.agent.enter``,
     ``backend.llm.call.start``).
     """
@@ -60,9 +64,11 @@ class AdoptedTestId:
         slug: str | bytes | None = None,
         run_id: str | bytes | uuid.UUID | None = None,
         thread_id: str | bytes | uuid.UUID | None = None,
+        parent_span_id: str | None = None,
     ) -> None:
         self.test_id = test_id
         self.trace_id = trace_id
+        self.parent_span_id = parent_span_id
         self.slug = slug
         self.run_id = run_id
         self.thread_id = thread_id
@@ -77,6 +83,7 @@ class AdoptedTestId:
             slug=self.slug,
             run_id=self.run_id,
             thread_id=self.thread_id,
+            parent_span_id=self.parent_span_id,
         )
 
     def _begin(self) -> bool:
@@ -102,8 +109,9 @@ class AdoptedTestId:
             trace_id=trace or base.trace_id,
             slug=slug or base.slug,
             demo=base.demo,
-            # What begins inside hangs under the span the work was started from.
-            span_id=base.span_id,
+            # What begins inside hangs under the span the work was started from: the one the
+            # job carries (a request in another process), else the request's found here.
+            span_id=_span_id(self.parent_span_id) or base.span_id,
         )
         self._link = RunLink(
             run_key(self.run_id),
@@ -186,7 +194,26 @@ def adopt_test_id(
     slug: str | bytes | None = None,
     run_id: str | bytes | uuid.UUID | None = None,
     thread_id: str | bytes | uuid.UUID | None = None,
+    parent_span_id: str | None = None,
 ) -> AdoptedTestId:
     """Carry ``test_id`` into work that runs outside its request: ``with``, ``async with``, or a
     decorator. See ``AdoptedTestId`` and docs/agents-and-llm-calls.md."""
-    return AdoptedTestId(test_id, trace_id=trace_id, slug=slug, run_id=run_id, thread_id=thread_id)
+    return AdoptedTestId(
+        test_id,
+        trace_id=trace_id,
+        slug=slug,
+        run_id=run_id,
+        thread_id=thread_id,
+        parent_span_id=parent_span_id,
+    )
+
+
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def _span_id(raw: object) -> str | None:
+    """A span id as the envelope carries one (16 lowercase hex digits, not all zero), or None:
+    anything else a payload holds is not trusted as a parent."""
+    if not isinstance(raw, str) or _SPAN_ID.fullmatch(raw) is None or raw == "0" * 16:
+        return None
+    return raw

@@ -22,8 +22,11 @@ from cvdiag.core.context import (
     RequestContext,
     RunLink,
     keep_bounded,
+    outside_context,
     request_for,
 )
+from cvdiag.core.guard import record_failure
+from cvdiag.pipeline import emitter as _emitters
 from cvdiag.pipeline.emitter import Emitter
 from cvdiag.schema.ids import join_key, new_uuid7
 
@@ -121,3 +124,24 @@ def outside_request(emitter: Emitter) -> tuple[RequestContext, RunLink | None]:
     if found is not None:
         return found
     return RequestContext(test_id=new_uuid7(), trace_id=emitter.new_trace_id()), None
+
+
+def _run_context() -> RequestContext | None:
+    """``current_context()`` outside any request or scope: the context a scope begun here
+    would adopt from the LangGraph run's config, so a node's own code (and its log lines) sees
+    the test id its calls carry. None fast where no run config is current, or cvdiag is off."""
+    if _run_config() is None:
+        return None
+    try:
+        emitter = _emitters._REQUEST_EMITTER.get() or _emitters._emitter
+        if emitter is None or not emitter.enabled:
+            return None
+        found = from_run_config(emitter)
+    except Exception as exc:  # never cost the host its context lookup or its log line
+        record_failure("scopes", exc)
+        return None
+    return found[0] if found is not None else None
+
+
+if not outside_context:
+    outside_context.append(_run_context)

@@ -3,8 +3,10 @@
 Queued sinks register here when their writer starts; ``before_exit`` lets other parts say what
 must still be said first (a call outstanding at shutdown ends, cvdiag/scopes/llm_calls.py).
 Shutdown waits for a slow reader at most ``shutdown_seconds`` (``CVDIAG_SHUTDOWN_FLUSH_SECONDS``),
-then counts what is left as not written and says so on stderr in one line: a reader of the log
-can then tell an incomplete story from one that never happened.
+then counts what is left as not written, says so in the log (a ``cvdiag.queue_dropped`` line, and
+one under each test id whose terminal was lost, written in the last ``REPORT_SHARE`` of the bound,
+kept for them) and on stderr in one line: a reader of the log can then tell a story the writer
+cut from one that failed, or never happened.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Queued(Protocol):
 
     def flush(self, timeout: float = 5.0) -> None: ...
 
-    def abandon(self) -> None: ...
+    def abandon(self, until: float | None = None) -> None: ...
 
     @property
     def losses(self) -> Losses: ...
@@ -46,6 +48,10 @@ _hooks_installed = False
 shutdown_seconds = 5.0
 
 
+#: The share of the shutdown bound kept for the report of what was not written: the lines
+#: queued get the rest, then the report is written, waiting for room, in this last part.
+REPORT_SHARE = 0.25
+
 #: Run before the exit flush: what must still be said (a call outstanding at shutdown ends).
 _before_exit: list[Callable[[], object]] = []
 
@@ -61,20 +67,22 @@ running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_runn
 
 def flush_all(timeout: float | None = None, sinks: Iterable[Queued] | None = None) -> None:
     """Shutdown: write what is queued within ``timeout`` seconds (``shutdown_seconds`` unless
-    given), then count what is left as not written, report it in the log if the pipe takes one
-    more line now, and say on stderr, in one line, what this process did not write."""
+    given) less the report's share, then count what is left as not written, report it in the
+    log (the count, and the test ids that lost their terminal) within the rest of the bound,
+    and say on stderr, in one line, what this process did not write."""
     for fn in _before_exit:
         try:
             fn()
         except Exception as exc:
             record_failure("sink", exc)
     chosen = list(live_sinks if sinks is None else sinks)
-    deadline = time.monotonic() + (shutdown_seconds if timeout is None else timeout)
+    bound = shutdown_seconds if timeout is None else timeout
+    deadline = time.monotonic() + bound
     for sink in chosen:
-        sink.flush(max(0.0, deadline - time.monotonic()))
+        sink.flush(max(0.0, deadline - bound * REPORT_SHARE - time.monotonic()))
     for sink in chosen:
         try:
-            sink.abandon()
+            sink.abandon(deadline)
             line = sink.losses.stderr_line()
         except Exception as exc:
             record_failure("sink", exc)

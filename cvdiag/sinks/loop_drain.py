@@ -52,7 +52,7 @@ class LoopDrain:
     def _ring(self) -> None:
         raise NotImplementedError
 
-    def _drop_report(self) -> tuple[int, bytes]:
+    def _drop_report(self) -> tuple[int, bytes, list[tuple[str, int]]]:
         raise NotImplementedError
 
     def _lost(self, data: bytes, exc: BaseException) -> None:
@@ -116,12 +116,13 @@ class LoopDrain:
 
     def _report_from_loop(self, fd: int) -> bool:
         """Write the drop report the log owes, alone and without blocking; whether it went."""
-        count, report = self._drop_report()
+        count, report, cut = self._drop_report()
         if not report:
             return True
-        written = write_some(fd, report)
-        if written == 0:  # the pipe is full: the count waits for the next report
+        written = write_lines(fd, report, self.atomic_limit())
+        if written == 0:  # the pipe is full: the count and the ids wait for the next report
             self.losses.owe(count)
+            self.losses.owe_cut(cut)
             return False
         self._rest = report[written:]  # a part taken (never on a pipe): finished first
         return not self._rest

@@ -2,9 +2,11 @@
 
 A reader of a log cannot tell "incomplete" from "never happened" unless the loss is said. Every
 line a sink gives up on is counted here under its reason; the count reaches the log as a
-``cvdiag.queue_dropped`` line once a line can be written again (cvdiag/sinks/queued.py), and at
-exit, on stderr, as one line saying how many, why, and which test ids' stories lost their
-terminal (the envelope a reader needs to call a story whole).
+``cvdiag.queue_dropped`` line once a line can be written again (cvdiag/sinks/queued.py), with
+one more ``cvdiag.queue_dropped`` line under each test id whose terminal was lost (its
+``dropped_count``: that story's envelopes not written), so the log itself says which stories the
+writer cut; and at exit, on stderr, as one line saying how many, why, and which test ids' stories
+lost their terminal (the envelope a reader needs to call a story whole).
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ AT_SHUTDOWN = "reader too slow at shutdown"
 
 #: Test ids named on the stderr line at most: it stays one bounded line.
 NAMED_IDS = 8
+#: Test ids given a ``cvdiag.queue_dropped`` line of their own at most (a few hundred bytes
+#: each, written within what is left of the shutdown bound); more are in the count alone.
+LOGGED_IDS = 64
+#: Test ids whose lost lines are counted one by one at most.
+_COUNTED_IDS = 4096
+_TEST_ID = b'"test_id":"'
 _TERMINALS = (b'"boundary":"backend.response.complete"', b'"boundary":"backend.sse.aborted"')
 
 
@@ -48,6 +56,11 @@ class Losses:
         self.said = 0
         #: Losses the log has not been told of yet (a ``cvdiag.queue_dropped`` line is owed).
         self.unreported = 0
+        #: Lines lost, by test id; and the test ids whose terminal was lost that the log has
+        #: not been told of yet (a line of their own is owed to each).
+        self.by_test_id: Counter[str] = Counter()
+        self.cut_unreported: list[str] = []
+        self.cut_logged = 0
 
     @property
     def total(self) -> int:
@@ -56,20 +69,40 @@ class Losses:
     def count(self, reason: str, lines: Iterable[bytes] = (), *, number: int = 0) -> int:
         """Count ``lines`` (or ``number`` lines not at hand) lost for ``reason``; the count."""
         ids: list[str] = []
+        owners: list[str] = []
         counted = number
         for line in lines:
             counted += 1
             if line.find(_TERMINALS[0]) >= 0 or line.find(_TERMINALS[1]) >= 0:
                 ids.append(_test_id(line))
+            owners.append(_owner(line))
         with self._lock:
             self.by_reason[reason] += counted
             self.unreported += counted
+            for owner in owners:
+                if owner in self.by_test_id or len(self.by_test_id) < _COUNTED_IDS:
+                    self.by_test_id[owner] += 1
             for test_id in ids:
                 if len(self.cut_short) < NAMED_IDS:
                     self.cut_short.append(test_id)
                 else:
                     self.more_cut_short += 1
+                if test_id != "?" and self.cut_logged < LOGGED_IDS:
+                    self.cut_logged += 1
+                    self.cut_unreported.append(test_id)
         return counted
+
+    def take_cut(self) -> list[tuple[str, int]]:
+        """The test ids whose terminal was lost and the log has not been told of, each with how
+        many of its lines were lost: now owed no more."""
+        with self._lock:
+            ids, self.cut_unreported = self.cut_unreported, []
+            return [(test_id, max(1, self.by_test_id[test_id])) for test_id in ids]
+
+    def owe_cut(self, ids: list[tuple[str, int]]) -> None:
+        """Lines for cut test ids that could not be written: owed to the next report."""
+        with self._lock:
+            self.cut_unreported[:0] = [test_id for test_id, _ in ids]
 
     def take_unreported(self) -> int:
         """The count a ``cvdiag.queue_dropped`` line is about to report, now owed no more."""
@@ -110,6 +143,16 @@ def _test_id(line: bytes) -> str:
     except (orjson.JSONDecodeError, AttributeError):
         return "?"
     return value[:128] if isinstance(value, str) else "?"
+
+
+def _owner(line: bytes) -> str:
+    """The test id a line's envelope names (first in the envelope: found without parsing)."""
+    start = line.find(_TEST_ID)
+    if start < 0:
+        return "?"
+    start += len(_TEST_ID)
+    end = line.find(b'"', start, start + 129)
+    return line[start:end].decode("ascii", "replace") if end > start else "?"
 
 
 def split_lines(data: bytes) -> list[bytes]:

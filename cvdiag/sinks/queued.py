@@ -79,10 +79,13 @@ class QueuedLineSink(LoopDrain, BaseSink):
         self._drain_on: asyncio.AbstractEventLoop | None = None
         #: A flush wants the thread to write now, whoever was to.
         self._forced = False
-        #: Builds the ``cvdiag.queue_dropped`` line; the emitter that owns the sink sets it.
-        self.drop_report: Callable[[int], bytes | None] | None = None
+        #: Builds a ``cvdiag.queue_dropped`` line for a count, under a test id of its own (None)
+        #: or of the story that lost its terminal; the emitter that owns the sink sets it.
+        self.drop_report: Callable[[int, str | None], bytes | None] | None = None
         #: Set while the shutdown bound has run out: a writer waiting for room gives up.
         self._stopping = False
+        #: When a report written at shutdown stops waiting for room (``time.monotonic()``).
+        self._report_until = float("inf")
         #: A blocking stream's write in progress: what of the batch is not written yet, in
         #: case the write never returns (counted by ``abandon``, which cannot take the lock).
         self._inflight: bytes | memoryview = b""
@@ -161,18 +164,28 @@ class QueuedLineSink(LoopDrain, BaseSink):
         self._lose(WRITE_FAILED, lines)
         record_failure("sink", exc)
 
-    def _drop_report(self) -> tuple[int, bytes]:
-        """The ``cvdiag.queue_dropped`` line owed to the log, and the count it reports."""
+    def _drop_report(self) -> tuple[int, bytes, list[tuple[str, int]]]:
+        """The ``cvdiag.queue_dropped`` lines owed to the log: the count, then one line under
+        each test id whose terminal was lost; the count and the ids they report."""
         if not self.losses.unreported or self.drop_report is None:
-            return 0, b""
+            return 0, b"", []
         count = self.losses.take_unreported()
+        cut = self.losses.take_cut()
         try:
-            report = self.drop_report(count)
+            lines = [self.drop_report(count, None)]
+            lines += [self.drop_report(lost, test_id) for test_id, lost in cut]
         except Exception as exc:
             self.losses.owe(count)
+            self.losses.owe_cut(cut)
             record_failure("sink", exc)
-            return 0, b""
-        return count, (PREFIX + report + b"\n" if report is not None else b"")
+            return 0, b"", []
+        report = b"".join(PREFIX + line + b"\n" for line in lines if line is not None)
+        return count, report, cut
+
+    def _stopped(self) -> bool:
+        """A writer waiting for room gives up: the shutdown bound ran out (or, for the report
+        written at shutdown, what was left of it)."""
+        return self._stopping or time.monotonic() >= self._report_until
 
     def _lose(self, reason: str, lines: Iterable[bytes] = (), *, number: int = 0) -> None:
         self.losses.count(reason, lines, number=number)
@@ -217,9 +230,12 @@ class QueuedLineSink(LoopDrain, BaseSink):
             finally:
                 self._busy = False
 
-    def _write_counted(self, data: bytes, report: int) -> bool:
-        """Write a batch (or a drop report of ``report``) from the thread; what cannot be
-        written is counted under its reason (a report's count waits for the next report)."""
+    def _write_counted(
+        self, data: bytes, report: int, cut: list[tuple[str, int]] | None = None
+    ) -> bool:
+        """Write a batch (or a drop report of ``report``, naming the ``cut`` test ids) from the
+        thread; what cannot be written is counted under its reason (a report's count and ids
+        wait for the next report)."""
         try:
             self._write_bytes(data)
             return True
@@ -229,6 +245,7 @@ class QueuedLineSink(LoopDrain, BaseSink):
             reason, exc = WRITE_FAILED, error
         if report:
             self.losses.owe(report)
+            self.losses.owe_cut(cut or [])
         else:
             self._lose(reason, split_lines(data))
         if exc is not None:
@@ -240,27 +257,33 @@ class QueuedLineSink(LoopDrain, BaseSink):
         cannot be written keeps its count for the next attempt, so no drop goes unreported."""
         if not self.losses.unreported:
             return
-        count, report = self._drop_report()
+        count, report, cut = self._drop_report()
         if report:
-            self._write_counted(report, count)
+            self._write_counted(report, count, cut)
 
-    def abandon(self) -> None:
+    def abandon(self, until: float | None = None) -> None:
         """The shutdown bound ran out: count what is still queued (and a batch's unwritten
-        rest) as lost, so stderr and the next report can say it. The writer thread, if it is
-        waiting for room, gives up at once and counts its rest itself."""
+        rest) as lost, so stderr and the log can say it. The writer thread, if it is waiting
+        for room, gives up at once and counts its rest itself. Then the report — the count, and
+        a line under each test id that lost its terminal — is written, waiting for room until
+        ``until`` (``time.monotonic()``; None: only if the pipe takes it now)."""
         self._stopping = True
         try:
             held = self._write_lock.acquire(timeout=1.0)
             try:
                 rest, self._rest = self._rest + (b"" if held else bytes(self._inflight)), b""
                 self._lose(AT_SHUTDOWN, [*split_lines(rest), *self._take(len(self._queue))])
-                if held:  # a last report, if the pipe takes it now (never waits)
+                if held:  # the report, in what is left of the bound, before the rest is given up
+                    waits = until is not None and until > time.monotonic()
+                    self._stopping = not waits  # no time left: what the pipe takes now
+                    self._report_until = until if until is not None and waits else float("inf")
                     self._report_drops()
             finally:
                 if held:
                     self._write_lock.release()
         finally:
             self._stopping = False
+            self._report_until = float("inf")
 
     def _write_bytes(self, data: bytes) -> None:
         raise NotImplementedError

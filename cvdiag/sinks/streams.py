@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 from typing import IO, Any
 
 from cvdiag.core.guard import record_failure
+from cvdiag.sinks import host_stdout
 from cvdiag.sinks.descriptor import (
     PIPE_BUF,
     close_descriptor,
@@ -33,7 +33,9 @@ def _json_escape(match: re.Match[str]) -> str:
 
 
 class StdoutSink(QueuedLineSink):
-    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works.
+    """The default sink. ``sys.stdout`` is looked up at write time, so redirection still works
+    (but not into a logger: Celery's ``LoggingProxy`` is passed over for the process's own
+    stdout, cvdiag/sinks/host_stdout.py).
 
     Where ``sys.stdout`` is an unbuffered or line-buffered pipe, terminal or file, lines go to a
     descriptor of cvdiag's own for it (see cvdiag/sinks/descriptor.py), written from the event loop
@@ -46,9 +48,10 @@ class StdoutSink(QueuedLineSink):
         self._stream: object = None
         self._fd: int | None = None
         self._limit_of: tuple[object, int | None] = (None, None)
+        host_stdout.want()
 
     def atomic_limit(self) -> int | None:
-        stream = sys.stdout
+        stream = host_stdout.target()[0]
         seen, limit = self._limit_of
         if stream is not seen:  # asked once per stdout object, not per batch
             limit = stream_limit(stream)
@@ -56,7 +59,9 @@ class StdoutSink(QueuedLineSink):
         return limit
 
     def _loop_descriptor(self) -> int | None:
-        stream = sys.stdout
+        stream, per_line = host_stdout.target()
+        if per_line:
+            return None  # a logger's proxy: the thread writes it, one record per line
         if stream is not self._stream:  # resolved once per stdout object, not per line
             if not self._write_lock.acquire(blocking=False):
                 return None  # the thread is writing: it takes this line too
@@ -73,14 +78,17 @@ class StdoutSink(QueuedLineSink):
         self._stream = stream
 
     def _write_bytes(self, data: bytes) -> None:
-        stream: Any = sys.stdout
+        stream, per_line = host_stdout.target()
         if stream is None:
             raise OSError("sys.stdout is None")
+        if per_line:  # a logger's proxy: one record per line, each with the logger's prefix
+            self._write_records(stream, data)
+            return
         limit = self.atomic_limit()
         if stream is not self._stream:  # the thread too writes on the descriptor of its own,
             self._resolve(stream)  # where it can wait for room and give up at the bound
         if self._fd is not None:
-            done = write_all(self._fd, data, limit, stopped=lambda: self._stopping)
+            done = write_all(self._fd, data, limit, stopped=self._stopped)
             if done < len(data):
                 raise Abandoned(data[done:])
             return
@@ -96,6 +104,14 @@ class StdoutSink(QueuedLineSink):
                 self._inflight = view[at:]  # what abandon counts if this write never returns
                 at += len(piece)
                 _write_text(stream, piece)
+        self._inflight = b""
+
+    def _write_records(self, stream: Any, data: bytes) -> None:
+        view, at = memoryview(data), 0
+        for line in data.splitlines(keepends=True):
+            self._inflight = view[at:]
+            at += len(line)
+            _write_text(stream, line)
         self._inflight = b""
 
 

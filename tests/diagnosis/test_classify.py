@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from cvdiag.diagnosis import classify, stats, timeline
+from cvdiag.diagnosis import classes, classify, stats, timeline
 from cvdiag.logs.reading import Input, Record, records
 from tests.support.stories import (
     STORIES,
@@ -371,3 +371,66 @@ def test_a_background_run_is_healthy_not_a_request_without_its_terminal() -> Non
 
 def test_a_background_run_whose_call_failed_is_not_healthy() -> None:
     assert _classify(_background_run("err")).flap_class == "provider-error"
+
+
+def _handed_to_a_job(*, answered: bool = True, cut: bool = False) -> Story:
+    """A route that enqueues a job and answers 202 with a 46-byte JSON body (no first byte: a
+    JSON answer has none) while the job's call, begun under the request's id and naming the
+    job, is still outstanding; the call answers (or is cut by its timeout) after the end."""
+    story = Story("d4-job-1")
+    story.ingress(0)
+    agent = story.agent(10)
+    story.envelopes[-1]["metadata"]["run_id"] = "job-7"
+    call = story.llm_start(20, agent)
+    story.envelopes[-1]["metadata"]["run_id"] = "job-7"
+    story.heartbeat(270, call, 250)  # outstanding a while: no brief call the client missed
+    done = story.complete(300, status=202, events=0)
+    assert done
+    story.envelopes[-1]["metadata"]["content_length"] = 46
+    if answered:
+        story.llm_response(
+            806 if not cut else 1020,
+            call,
+            786 if not cut else 1000,
+            outcome="ok" if not cut else "timeout",
+            error_class=None if not cut else "ReadTimeout",
+        )
+    return story
+
+
+def test_a_request_that_handed_its_work_to_a_job_is_judged_as_a_request_the_job_as_a_run() -> None:
+    verdict = _classify(_handed_to_a_job())
+    assert verdict.flap_class == "healthy", verdict.reason
+    assert verdict.reason.endswith("; its background run job-7: 1 LLM call answered ok")
+    cut = _classify(_handed_to_a_job(cut=True))
+    assert cut.flap_class == "stalled-backend", cut.reason
+    assert "of the background run job-7" in cut.reason
+    assert "was cut by ReadTimeout" in cut.reason
+    assert "no byte reached the client" not in cut.reason
+    never = _classify(_handed_to_a_job(answered=False))
+    assert never.flap_class == "stalled-backend", never.reason
+    assert "was never answered" in never.reason
+    # Without the run named, the call is the request's own: it waited as the request ended,
+    # yet the 46 bytes reached the client, and the reason does not say otherwise.
+    own = _handed_to_a_job()
+    for env in own.envelopes:
+        env["metadata"].pop("run_id", None)
+    assert "no byte reached the client" not in _classify(own).reason
+
+
+def test_a_story_whose_writer_lost_its_terminal_is_cut_by_the_writer_first() -> None:
+    """A story the log says its writer cut (a ``cvdiag.queue_dropped`` under its own test id,
+    outcome err) is neither failed nor healthy, whatever the rest would suggest; a report under
+    a test id of its own changes nothing of another story's class."""
+    story = Story("w-0027")
+    story.ingress(0)
+    story.error(5)  # what was written would make it a backend error
+    story.emit("cvdiag.queue_dropped", 2000, outcome="err", metadata={"dropped_count": 3})
+    verdict = _classify(story)
+    assert verdict.flap_class == "cut-by-writer", verdict.reason
+    assert "3 of its envelopes, its terminal among them, were not written" in verdict.reason
+    assert classify.CLASSES[0] == "cut-by-writer"
+    assert "cut-by-writer" in classes.NOT_FAILED
+    assert not classes.accounting(story.envelopes[-1])
+    own = dict(story.envelopes[-1], outcome="info", test_id="01a22222-0000-7000-8000-000000000000")
+    assert classes.accounting(own)

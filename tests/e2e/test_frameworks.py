@@ -37,6 +37,15 @@ RECIPES: dict[str, tuple[str, ...]] = {
         ("langgraph-server-json", "langgraph-server-webapp", "langgraph-server-graph"),
         ("langgraph-api", "langgraph-cli", "langgraph-runtime-inmem", "langchain-openai"),
     ),
+    # The job queues' two halves (tests/e2e/test_job_queues.py runs them).
+    "celery-tasks": ("celery", "redis", "httpx"),
+    "celery-web": ("celery", "redis", "fastapi"),
+    "arq-jobs": ("arq", "httpx"),
+    "arq-web": ("arq", "fastapi"),
+    "rq-jobs": ("rq", "httpx"),
+    "rq-web": ("rq", "fastapi"),
+    "dramatiq-actors": ("dramatiq", "redis", "httpx"),
+    "dramatiq-web": ("dramatiq", "redis", "fastapi"),
 }
 TERMINALS = ("backend.response.complete", "backend.sse.aborted")
 CONCURRENT = 3

@@ -8,7 +8,8 @@ its own test id: a healthy streamed run, ``/runs/wait``, a model that hangs whil
 gives up, a client that leaves mid-stream while the run goes on, a run on a thread that runs
 after the request that created it, and a request that sent no test id. Every LLM call, heartbeat and
 agent scope of the run must carry that id (and the provider receive it), name the run, hang
-under the request's ingress, and a call that outlived its request say by how much. Last, in
+under the request's ingress, and a call that outlived its request say by how much; a log line
+the graph's own code writes in a node, through ``LogContextFilter``, carries the id too. Last, in
 process, what the server's worker relies on: a LangChain runnable's config adopted.
 
 The server needs the ``frameworks`` extra (langgraph-cli[inmem]); without it these tests are
@@ -48,11 +49,25 @@ pytestmark = needs("langgraph-server-json")
 #: A second graph beside the page's: two model calls, the second inside an agent scope, so a
 #: client can leave between them.
 STEPS = """
+import logging
+import sys
+
 import httpx2
 from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 
-from cvdiag import agent_scope, instrument_httpx
+from cvdiag import LogContextFilter, agent_scope, instrument_httpx
+
+# The app's own log line in a node's body, through the documented filter: it joins the story.
+handler = logging.StreamHandler(sys.stderr)
+handler.addFilter(LogContextFilter())
+handler.setFormatter(
+    logging.Formatter("node-log %(test_id)s %(trace_id)s %(span_id)s %(message)s")
+)
+log = logging.getLogger("steps.draft")
+log.addHandler(handler)
+log.setLevel(logging.INFO)
+log.propagate = False
 
 llm = ChatOpenAI(
     model="gpt-4o-mini",
@@ -62,6 +77,7 @@ llm = ChatOpenAI(
 
 
 async def draft(state: MessagesState):
+    log.info("drafting")
     return {"messages": [await llm.ainvoke(state["messages"])]}
 
 
@@ -340,6 +356,11 @@ def test_runs_wait_carries_the_request_id(server: Server, fake: FakeProvider) ->
     assert enter["metadata"]["agent_name"] == "polish"
     server.wait_boundary(test_id, "backend.agent.exit")
     check_run(server, fake, test_id, calls=2)
+    # The draft node's own log line, outside any scope, carries the run's test id, its trace
+    # and the request's ingress span (current_context() reads the run's config).
+    [ingress] = [e for e in server.story(test_id) if e["boundary"] == "backend.request.ingress"]
+    said = f"node-log {test_id} {ingress['trace_id']} {ingress['span_id']} drafting"
+    assert said in server.stderr().splitlines(), server.stderr()[-1500:]
 
 
 def test_a_hanging_model_and_a_client_that_gives_up(server: Server, fake: FakeProvider) -> None:
@@ -468,6 +489,32 @@ def test_a_runnable_config_carries_its_test_id_and_names_its_run(
     ]
     assert named[:3] == [("lc-1", run, thread), (run, run, None), ("req-9", None, None)]
     assert "run_id" not in starts[3]["metadata"]
+
+
+def test_a_runnables_own_code_and_log_records_see_its_configs_test_id(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    """Outside any scope, in the body of a runnable whose config names a test id: the context a
+    scope would adopt there is the current one, and the logging filter puts it on a record; with
+    cvdiag off, or with no run config, there is none."""
+    import logging
+
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+    from cvdiag import LogContextFilter
+
+    def body(_: object) -> tuple[str | None, str | None]:
+        ctx = current_context()
+        record = logging.LogRecord("node", logging.INFO, __file__, 1, "in a node", None, None)
+        LogContextFilter().filter(record)
+        return (ctx.test_id if ctx else None), record.__dict__["test_id"]
+
+    step = RunnableLambda(body)
+    sent: RunnableConfig = {"configurable": {"x-test-id": "lc-log", "run_id": new_uuid7()}}
+    assert step.invoke(None, config=sent) == ("lc-log", "lc-log")
+    assert step.invoke(None) == (None, None)
+    emitters._install(Emitter(Settings(enabled=False), sinks=[MemorySink()]))  # restored after
+    assert step.invoke(None, config=sent) == (None, None)
 
 
 def test_the_provider_gets_a_run_configs_id_only_while_cvdiag_is_on(

@@ -117,6 +117,39 @@ def test_inside_a_request_with_its_own_id_the_work_stays_in_its_trace_and_span(
     assert (enter["trace_id"], enter["parent_span_id"]) == (request.trace_id, request.span_id)
 
 
+def test_a_job_carrying_its_requests_trace_and_span_continues_them(
+    cvdiag_events: CvdiagEvents,
+) -> None:
+    """The request ran in another process (a web server enqueuing for a worker): what the job
+    carries of it (``current_context()``'s trace and span there) continues its trace here."""
+    trace, span = new_uuid7(), "0123456789abcdef"
+    job = {"test_id": "req-77", "trace_id": trace, "span_id": span}
+    with (
+        adopt_test_id(
+            job["test_id"], trace_id=job["trace_id"], parent_span_id=job["span_id"], run_id="job-1"
+        ),
+        agent_scope("worker"),
+    ):
+        inner = current_context()
+    [enter] = cvdiag_events.of("backend.agent.enter")
+    assert (enter["test_id"], enter["trace_id"], enter["parent_span_id"]) == ("req-77", trace, span)
+    assert inner is not None
+    assert inner.span_id == enter["span_id"]
+
+
+@pytest.mark.parametrize(
+    "span", ["", "0000000000000000", "0123456789ABCDEF", "0123456789abcde", "x" * 16, 12, None]
+)
+def test_a_parent_span_that_is_not_a_span_id_is_not_trusted(
+    cvdiag_events: CvdiagEvents, span: Any
+) -> None:
+    with adopt_test_id("req-78", parent_span_id=span), agent_scope("worker"):
+        pass
+    [enter] = cvdiag_events.of("backend.agent.enter")
+    assert enter["parent_span_id"] is None
+    assert_valid(enter)
+
+
 def test_another_id_inside_a_request_wins_until_the_block_ends(
     cvdiag_events: CvdiagEvents,
 ) -> None:

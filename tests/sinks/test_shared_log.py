@@ -23,6 +23,8 @@ from tests.support.workers_app import EVENTS
 
 #: A story at the debug tier: ingress, first byte, each event, the terminal.
 STORY = EVENTS + 3
+DROPPED = "cvdiag.queue_dropped"
+TERMINALS = ("backend.response.complete", "backend.sse.aborted")
 
 
 def check(run: Run, folder: Path) -> tuple[int, int]:
@@ -33,7 +35,8 @@ def check(run: Run, folder: Path) -> tuple[int, int]:
     done = cvdiag("validate", "--strict", str(log))
     assert done.returncode == 0, done.stdout + done.stderr
     envelopes = run.envelopes()
-    present = Counter(str(e["test_id"]) for e in envelopes if str(e["test_id"]).startswith("w-"))
+    stories = [e for e in envelopes if e["boundary"] != DROPPED]
+    present = Counter(str(e["test_id"]) for e in stories if str(e["test_id"]).startswith("w-"))
     assert set(present) <= set(run.statuses)
     assert all(count <= STORY for count in present.values())
     # A request the server answered, or began to, has its whole story or lost part of it.
@@ -41,13 +44,31 @@ def check(run: Run, folder: Path) -> tuple[int, int]:
     missing = sum(STORY - present[t] for t in served)
     said = run.not_written()
     assert missing == said, run.err[-2000:]
+    # A report under a test id of its own counts a process's losses; one under a story's id
+    # names a story whose terminal was lost, and counts its envelopes lost, which it lacks.
+    reports = [e for e in envelopes if e["boundary"] == DROPPED]
     reported = sum(
         cast("dict[str, int]", e["metadata"])["dropped_count"]
-        for e in envelopes
-        if e["boundary"] == "cvdiag.queue_dropped"
+        for e in reports
+        if not str(e["test_id"]).startswith("w-")
     )
     assert reported <= said  # the log says what it could; stderr says it all
+    for report in reports:
+        test_id = str(report["test_id"])
+        if test_id.startswith("w-"):
+            lost = cast("dict[str, int]", report["metadata"])["dropped_count"]
+            assert lost == STORY - present[test_id], report
+            assert not any(e["test_id"] == test_id and e["boundary"] in TERMINALS for e in stories)
     return missing, said
+
+
+def cut_by_writer(run: Run) -> set[str]:
+    """The stories the log says lost their terminal (a report under their own test id)."""
+    return {
+        str(e["test_id"])
+        for e in run.envelopes()
+        if e["boundary"] == DROPPED and str(e["test_id"]).startswith("w-")
+    }
 
 
 @pytest.mark.parametrize(
@@ -79,15 +100,19 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
     assert missing > 0
     assert "envelopes not written (queue full" in run.err
     assert "test ids without their terminal: w-" in run.err
-    # A story the drops cut short is said to be incomplete, never healthy.
-    present = Counter(str(e["test_id"]) for e in run.envelopes())
+    # A story the drops cut short is said to be incomplete, or, when the log says its terminal
+    # was not written, cut by the writer: never healthy.
+    stories = [e for e in run.envelopes() if e["boundary"] != DROPPED]
+    present = Counter(str(e["test_id"]) for e in stories)
     cut = sorted(t for t, n in present.items() if t.startswith("w-") and n < STORY)
     assert cut
     listed = orjson.loads(cvdiag("ls", "--json", str(tmp_path / "log")).stdout)
     classes = {row["test_id"]: row["flap_class"] for row in listed}
-    assert {classes[t] for t in cut} == {"incomplete"}
+    by_writer = cut_by_writer(run)
+    assert {classes[t] for t in cut if t not in by_writer} <= {"incomplete"}
+    assert {classes[t] for t in by_writer} <= {"cut-by-writer"}
     assert {classes[t] for t in present if t.startswith("w-") and t not in cut} == {"healthy"}
-    cut = cut[:3]
+    cut = [t for t in cut if t not in by_writer][:3]
     for test_id in cut:
         done = cvdiag("classify", test_id, str(tmp_path / "log"), "--json")
         assert orjson.loads(done.stdout)["flap_class"] == "incomplete", done.stdout
@@ -96,6 +121,43 @@ def test_a_wedged_reader_costs_envelopes_that_are_all_said(server: Server, tmp_p
         done = cvdiag("report", str(tmp_path / "log"), "-o", str(page), *only)
         assert done.returncode == 0, done.stderr
         assert 'class="badge c-incomplete"' in page.read_text()
+
+
+def test_a_tail_lost_at_shutdown_is_said_in_the_log_and_not_counted_as_failed(
+    tmp_path: Path,
+) -> None:
+    """Nobody reads while the load runs (the workers queue it all), then a reader takes 4 KiB
+    every 20 ms while they shut down: the bound runs out with lines still queued. Within it each
+    worker writes what it lost: its count, and a line under each test id whose terminal was
+    not written. ``ls``, ``classify`` and ``report`` call those stories cut by the writer, and
+    the report's headline counts them apart from the failed."""
+    run = run_workers("gunicorn", "wedged", tmp_path, requests=160)
+    assert set(run.statuses.values()) == {200}, run.errors[:5]
+    assert "envelopes not written (reader too slow at shutdown)" in run.err
+    check(run, tmp_path)
+    stories = [e for e in run.envelopes() if e["boundary"] != DROPPED]
+    ended = {str(e["test_id"]) for e in stories if e["boundary"] in TERMINALS}
+    unended = set(run.statuses) - ended
+    by_writer = cut_by_writer(run)
+    assert unended
+    assert by_writer == unended  # every story without its terminal, said in the log
+    log = str(tmp_path / "log")
+    listed = orjson.loads(cvdiag("ls", "--json", log).stdout)
+    classes = {row["test_id"]: row["flap_class"] for row in listed}
+    assert {classes[t] for t in by_writer} == {"cut-by-writer"}
+    assert {classes[t] for t in set(run.statuses) - by_writer} <= {"healthy", "incomplete"}
+    failed = orjson.loads(cvdiag("ls", "--failed", "--json", log).stdout or "[]")
+    assert not by_writer & {row["test_id"] for row in failed}
+    said = orjson.loads(cvdiag("classify", sorted(by_writer)[0], log, "--json").stdout)
+    assert said["flap_class"] == "cut-by-writer"
+    assert "cut by the writer" in said["reason"]
+    page = tmp_path / "page.html"
+    done = cvdiag("report", log, "-o", str(page))
+    assert done.returncode == 0, done.stderr
+    assert f"{len(by_writer)} cut by the writer" in done.stderr
+    text = page.read_text()
+    failing = sum(1 for t in run.statuses if classes[t] not in ("healthy", "cut-by-writer"))
+    assert f"{failing} of {len(listed)} test ids failed; {len(by_writer)} cut by the writer" in text
 
 
 def test_sigterm_mid_load_loses_nothing_unsaid(tmp_path: Path) -> None:

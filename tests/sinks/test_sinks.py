@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -242,3 +243,64 @@ def test_one_drain_from_the_loop_writes_a_whole_burst_in_order(
     out.close()
     envs = lines_of((tmp_path / "out").read_text())
     assert [e["metadata"]["message_scrubbed"] for e in envs] == [str(i) for i in range(1_050)]
+
+
+def test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipe nobody reads until shutdown's bound runs out: what is queued is given up, and the
+    report — the count, and a line under each test id whose terminal was lost — goes out as soon
+    as the reader drains, in what is left of the bound (the reader starts only once the sink has
+    counted the queue lost: no timing decides it)."""
+    from cvdiag.sinks.exit_flush import flush_all
+    from tests.support.requests import in_request
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    with contextlib.suppress(BlockingIOError):  # full: nothing of ours fits until it is read
+        while True:
+            os.write(write_fd, b"x" * 4096)
+    os.set_blocking(write_fd, True)
+    stream = open(write_fd, "w", buffering=1)  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", stream)
+    sink = StdoutSink()
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    for test_id in ("t-cut-1", "t-cut-2"):
+        with in_request(test_id):
+            em.emit("backend.agent.enter", metadata={"agent_name": "a"})
+            em.emit("backend.response.complete", metadata={"http_status": 200})
+    read: list[bytes] = []
+    done = threading.Event()
+    os.set_blocking(read_fd, False)
+
+    def drain() -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_fd, 65536):
+                read.append(chunk)
+
+    def reader() -> None:
+        while not sink.losses.total:  # until the sink counted what it had queued as lost
+            time.sleep(0.005)
+        while not done.is_set():
+            drain()
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    flush_all(2.0, [sink])
+    done.set()
+    thread.join(10)
+    drain()
+    stream.close()
+    os.close(read_fd)
+    text = b"".join(read).decode().lstrip("x")
+    reports = [e for e in lines_of(text) if e["boundary"] == "cvdiag.queue_dropped"]
+    assert [(r["outcome"], r["metadata"]) for r in reports] == [
+        ("info", {"dropped_count": 4}),
+        ("err", {"dropped_count": 2}),
+        ("err", {"dropped_count": 2}),
+    ]
+    assert [r["test_id"] for r in reports[1:]] == ["t-cut-1", "t-cut-2"]
+    for report in reports:
+        assert_valid(report)
+    assert sink.losses.stderr_line() is None  # flush_all said it on stderr already
