@@ -267,6 +267,7 @@ def pytest_runtest_makereport(
     """Add the replay of what a failed test emitted to its report (and, with
     ``--cvdiag-report``, where the page shows it)."""
     report = yield
+    pytest_runs.note_failure(item, report)
     if _recording(item.config):  # in an xdist worker too: the controller records
         pytest_runs.ship(item, report)
     events = item.stash.get(EVENTS_KEY, None)

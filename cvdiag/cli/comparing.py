@@ -20,6 +20,13 @@ TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cl
 if TYPE_CHECKING:
     from cvdiag.runs import Case
 
+#: Every way of naming the two stories, for an error line.
+FORMS = (
+    "give ID-A ID-B LOG..., ID LOG ID LOG, LOG#ID LOG#ID, or with --junit XML a test name"
+    " and its logs (a flaky test: its passing attempt, then its failing one) or two test names"
+    " (each one's first attempt)"
+)
+
 #: One story to read: its test id and the logs it is in.
 Wanted = tuple[str, list[str]]
 
@@ -58,9 +65,12 @@ def read_story(wanted: Wanted, first_token_timeout: float) -> Story:
 def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
     """The two stories the words name: ``LOG#ID``, an ``ID`` followed by the ``LOG`` it is in,
     ids read from every log given, or with ``--junit`` a test's failing and passing attempts."""
+    from cvdiag.cli.opening import is_junit
+
     logs: list[str] = []
     bound: list[tuple[str, list[str] | None]] = []
-    for word in args.words:
+    args.junit += [word for word in args.words if is_junit(word)]  # a glob after --junit
+    for word in (word for word in args.words if not is_junit(word)):
         log, _, after = word.rpartition("#")
         if log and after and os.path.isfile(log):
             bound.append((after, [log]))
@@ -71,13 +81,13 @@ def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
         else:
             bound.append((word, None))
     if not logs and any(files is None for _, files in bound):
-        raise UsageError("diff: no log given: name one (cvdiag diff ID-A ID-B app.log)")
+        raise UsageError(f"diff: no log given: {FORMS}")
+    if args.junit and not bound:
+        raise UsageError(f"diff: no test named: {FORMS}{_flaky(args.junit)}")
     if args.junit:
         bound = _attempts([word for word, _ in bound], args.junit, logs)
     if len(bound) != 2:
-        raise UsageError(
-            f"diff: give two stories (ID LOG, LOG#ID, or two ids and their logs), not {len(bound)}"
-        )
+        raise UsageError(f"diff: give two stories, not {len(bound)}: {FORMS}")
     (one, in_one), (two, in_two) = bound
     return (_id(one), in_one or logs), (_id(two), in_two or logs)
 
@@ -121,6 +131,20 @@ def _attempts(
     if None in firsts:
         raise Failure("a test named has no test id in the JUnit XML", NOTHING)
     return [(str(first), None) for first in firsts]
+
+
+def _flaky(junit: Sequence[str]) -> str:
+    """The flaky tests the JUnit files name, the test names to give (at most three)."""
+    from cvdiag.runs import JUnitError, read_junit
+
+    names: list[str] = []
+    for path in junit:
+        try:
+            names += [case.name for case in read_junit(path) if case.outcome == "flaky"]
+        except JUnitError:
+            continue  # said when the stories are read
+    shown = ", ".join(dict.fromkeys(names[:3]))
+    return f" (flaky in {', '.join(junit)}: {shown})" if shown else ""
 
 
 def render(result: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:

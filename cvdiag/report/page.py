@@ -145,7 +145,7 @@ def _overview(report: Report) -> Iterator[str]:
     for row in report.rows:
         yield _row(row, report.labels)
     yield "</tbody></table></div>\n"
-    notes = []
+    notes = [report.scope] if report.scope else []
     if report.unlisted:
         notes.append(f"{report.unlisted} more test id(s) not listed (cvdiag ls lists them all)")
     if report.undrawn:
@@ -154,7 +154,9 @@ def _overview(report: Report) -> Iterator[str]:
             f" {len(report.stories)} (--max-drawn draws more; cvdiag replay ID LOG shows one)"
         )
     if not report.rows:
-        notes.append("no test id in this log")
+        notes.append(
+            "no test id of this run in the log" if report.scope else "no test id in this log"
+        )
     for note in notes:
         yield f'<p class="note">{text(note)}</p>\n'
     yield "</section>\n"

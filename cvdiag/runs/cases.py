@@ -37,6 +37,8 @@ class Case:
 
     name: str
     attempts: list[Attempt] = dataclasses.field(default_factory=list)
+    #: The run it is from (the JUnit file that names it; empty for the pytest session's own).
+    run: str = ""
 
     @property
     def outcome(self) -> str:
