@@ -88,6 +88,7 @@ SLOW = (
     "tests/otel/test_startup_line.py",  # a fresh process per case
     "tests/sinks/test_process_lifecycle.py",
     "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
+    "tests/pytest_plugin/test_runs_real.py",  # the same backend, two sessions in one folder
     "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server
     "tests/e2e/test_protocol_real.py",
     "tests/report/test_command.py",
