@@ -14,13 +14,12 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 from collections.abc import Iterator
 from importlib import resources
 from typing import IO, Any, Final
 
 from cvdiag.core.version import __version__ as VERSION
-from cvdiag.report.cases import CASE_MAX, MAX_CASES
+from cvdiag.report.cases import CASE_MAX, MAX_CASES, distinct
 from cvdiag.report.cases import render as render_cases
 from cvdiag.report.detail import ID_SHOWN, SECTION_MAX, section
 from cvdiag.report.gather import MAX_DETAILS, MAX_ROWS, Report
@@ -110,7 +109,7 @@ def _headline(report: Report) -> str:
 
 
 def _header(report: Report, title: str) -> Iterator[str]:
-    sources = ", ".join(os.path.basename(source) for source in report.sources)
+    sources = ", ".join(distinct(report.sources).values())
     yield f'<header>\n<h1>{text(title)}</h1>\n<p class="meta">'
     yield (
         f"{text(sources)} · written {text(report.written)} · first-token timeout"

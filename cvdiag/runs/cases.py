@@ -64,10 +64,35 @@ def failure_text(text: str) -> str:
 
 
 def headline(cases: Iterable[Case]) -> str:
-    """``1 failed, 1 flaky, 4 passed``: tests by outcome, those with none left out."""
-    counts = Counter(case.outcome for case in cases)
+    """``1 failed, 1 flaky, 4 passed``: tests by outcome, those with none left out. Given
+    several runs (cases from more than one JUnit file), each test is counted once, by its
+    outcome over the runs: ``3 tests in 5 runs: 1 failed, 1 flaky, 1 passed``."""
+    cases = list(cases)
+    runs = {case.run for case in cases}
+    if len(runs) <= 1:
+        counts = Counter(case.outcome for case in cases)
+    else:
+        by_name: dict[str, list[str]] = {}
+        for case in cases:
+            by_name.setdefault(case.name, []).append(case.outcome)
+        counts = Counter(over_runs(outcomes) for outcomes in by_name.values())
     parts = [f"{counts[name]} {name}" for name in OUTCOMES if counts[name]]
-    return ", ".join(parts) if parts else "no tests"
+    shown = ", ".join(parts) if parts else "no tests"
+    if len(runs) <= 1:
+        return shown
+    tests = sum(counts.values())
+    return f"{tests} test{'' if tests == 1 else 's'} in {len(runs)} runs: {shown}"
+
+
+def over_runs(outcomes: Iterable[str]) -> str:
+    """A test's outcome over several runs: ``failed`` in every run it ran, ``flaky`` when it
+    failed (or was flaky) in some, ``passed`` in every one, ``skipped`` when it never ran."""
+    ran = [outcome for outcome in outcomes if outcome != "skipped"]
+    if not ran:
+        return "skipped"
+    if all(outcome == "failed" for outcome in ran):
+        return "failed"
+    return "flaky" if any(outcome in ("failed", "flaky") for outcome in ran) else "passed"
 
 
 def drawn_ids(cases: Iterable[Case]) -> frozenset[str]:
