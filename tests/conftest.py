@@ -89,6 +89,7 @@ SLOW = (
     "tests/sinks/test_process_lifecycle.py",
     "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
     "tests/pytest_plugin/test_runs_real.py",  # the same backend, two sessions in one folder
+    "tests/cli/test_help_examples.py",  # a real backend, then every example of every --help
     "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server
     "tests/e2e/test_protocol_real.py",
     "tests/report/test_command.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Sequence
 
 import orjson
@@ -114,7 +115,10 @@ def _attempts(
             raise Failure(f"{path}: {exc}", 2) from None
     found = []
     for name in names:
-        case = cases.get(name) or next((c for c in cases.values() if c.name.endswith(name)), None)
+        key = _dotted(name)
+        case = cases.get(name) or next(
+            (c for c in cases.values() if f".{_dotted(c.name)}".endswith(f".{key}")), None
+        )
         if case is None:
             raise Failure(f"no test named {name!r} in {', '.join(junit)}", NOTHING)
         found.append(case)
@@ -131,6 +135,13 @@ def _attempts(
     if None in firsts:
         raise Failure("a test named has no test id in the JUnit XML", NOTHING)
     return [(str(first), None) for first in firsts]
+
+
+def _dotted(name: str) -> str:
+    """A test's name as pytest's node id and its JUnit testcase both give it, alike:
+    ``tests/test_chat.py::TestChat::test_stream`` and ``tests.test_chat.TestChat::test_stream``
+    are both ``tests.test_chat.TestChat.test_stream``."""
+    return re.sub(r"\.py(?=::|$)", "", name).replace("/", ".").replace("::", ".")
 
 
 def _flaky(junit: Sequence[str]) -> str:
