@@ -54,6 +54,9 @@ def pytest_run(session: pytest.Pytester, name: str, *args: str) -> pytest.RunRes
 def test_each_run_is_its_own_and_each_attempt_as_it_was(session: pytest.Pytester) -> None:
     first = pytest_run(session, "run1")
     first.assert_outcomes(passed=3, failed=2, skipped=1)
+    # The backend replay says nothing of a slug the app never named.
+    first.stdout.fnmatch_lines(["*cvdiag backend replay*", "test id *: * envelopes over * ms"])
+    assert "slug unknown" not in first.stdout.str()
     artifacts = session.path / "artifacts"
 
     # pytest's JUnit writes a rerun attempt as a testcase of the same name with no failure:
