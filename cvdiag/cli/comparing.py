@@ -14,7 +14,7 @@ from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, Usage
 from cvdiag.cli.style import class_color
 from cvdiag.cli.values import test_id as normalised
 from cvdiag.compare.diff import Comparison, compare
-from cvdiag.compare.story import Story
+from cvdiag.compare.story import Story, said
 from cvdiag.logs.reading import Inputs, merged
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
@@ -188,9 +188,5 @@ def render(result: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
 
 
 def _value(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.0f}"
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = said(value)
     return text if len(text) <= 80 else text[:77] + "..."

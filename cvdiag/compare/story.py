@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
+import orjson
+
 from cvdiag.diagnosis.classify import Verdict, classify
 from cvdiag.diagnosis.describe import edge_headers, number
 from cvdiag.diagnosis.facts import Facts
@@ -329,6 +331,18 @@ def _error(meta: dict[str, Any], kind: str, message: str) -> str | None:
     said = meta.get(message)
     text = f"{name[:80]}: {said}" if isinstance(said, str) and said else name[:80]
     return " ".join(scrub_text(text, ERROR_MAX).split())
+
+
+def said(value: object) -> str:
+    """A difference's value as ``cvdiag diff`` and the report page both print it: ``-`` for
+    none, a time rounded to the millisecond, anything else as JSON writes it."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}"
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
 
 
 def _at(point: Point) -> float:

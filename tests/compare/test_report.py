@@ -110,3 +110,24 @@ def test_many_runs_read_whole(log: Path, tmp_path: Path) -> None:
     tests = text[text.index("Tests") :]
     assert "failed in 1 of 2 runs · this run: run-1/junit.xml" in tests
     assert "failed in 1 of 2 runs · this run: run-2/junit.xml" in tests
+
+
+def test_the_pages_comparison_reads_as_the_commands(log: Path, tmp_path: Path) -> None:
+    """Issue 47: ``-`` for a value that is missing and times rounded, as ``cvdiag diff`` says
+    them: never ``None`` or ``18.627378``."""
+    xml = junit.playwright(
+        tmp_path / "results.xml",
+        [("chat streams", "passed", ["t-pass"], [("flakyFailure", "t-fail")])],
+    )
+    page(tmp_path, str(log), "--junit", str(xml))
+    raw = (tmp_path / "page.html").read_text()
+    block = raw[raw.index('<div class="compared">') :]
+    block = block[: block.index("</div>")]
+    said = cvdiag("diff", "t-pass", "t-fail", str(log), "--color", "never").stdout
+    differences = said[said.index("differences\n") + len("differences\n") :].splitlines()
+    items = re.findall(r"<li>(.*?)</li>", block)
+    shown = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", item)).split()) for item in items]
+    assert shown
+    assert shown == [" ".join(line.split()) for line in differences][: len(shown)]
+    assert "None" not in block
+    assert not re.search(r"\d\.\d{3}", block)
