@@ -89,7 +89,7 @@ def render(report: Report) -> Iterator[str]:
     rates = flake_rates(report.cases)
     runs = distinct([case.run for case in report.cases if case.run])
     for case in cases[:MAX_CASES]:
-        run = runs.get(case.run, "") if len(runs) > 1 else ""
+        run = runs.get(case.run, "") if rates[case.name][1] > 1 else ""  # one of several runs
         yield _case(case, anchors, classes, rates[case.name], run)
     yield "</ol>\n"
     if len(cases) > MAX_CASES:

@@ -65,20 +65,22 @@ def failure_text(text: str) -> str:
 
 def headline(cases: Iterable[Case]) -> str:
     """``1 failed, 1 flaky, 4 passed``: tests by outcome, those with none left out. Given
-    several runs (cases from more than one JUnit file), each test is counted once, by its
-    outcome over the runs: ``3 tests in 5 runs: 1 failed, 1 flaky, 1 passed``."""
+    several runs (JUnit files that name a test more than once), each test is counted once, by
+    its outcome over the runs: ``3 tests in 5 runs: 1 failed, 1 flaky, 1 passed``."""
     cases = list(cases)
     runs = {case.run for case in cases}
-    if len(runs) <= 1:
-        counts = Counter(case.outcome for case in cases)
-    else:
-        by_name: dict[str, list[str]] = {}
-        for case in cases:
-            by_name.setdefault(case.name, []).append(case.outcome)
+    by_name: dict[str, list[str]] = {}
+    for case in cases:
+        by_name.setdefault(case.name, []).append(case.outcome)
+    # Several files of one run (a Playwright, a vitest and a Jest file) name no test twice.
+    several = len(runs) > 1 and len(by_name) < len(cases)
+    if several:
         counts = Counter(over_runs(outcomes) for outcomes in by_name.values())
+    else:
+        counts = Counter(case.outcome for case in cases)
     parts = [f"{counts[name]} {name}" for name in OUTCOMES if counts[name]]
     shown = ", ".join(parts) if parts else "no tests"
-    if len(runs) <= 1:
+    if not several:
         return shown
     tests = sum(counts.values())
     return f"{tests} test{'' if tests == 1 else 's'} in {len(runs)} runs: {shown}"
