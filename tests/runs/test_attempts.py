@@ -117,3 +117,20 @@ def test_sections_keep_every_character_of_each_attempt(parts: list[str]) -> None
     assert sorted(cut) == list(range(len(cut)))
     if all("Retry #" not in part for part in parts):
         assert [cut[n] for n in sorted(cut)] == [p.strip() for p in parts] or not parts
+
+
+def test_vitest_retries_are_its_id_lines(tmp_path: Path) -> None:
+    """vitest's reporter writes a task's logs of every attempt in its ``system-out``, escaped:
+    with ``retry``, one id line per attempt, the last the final one."""
+    from tests.support import junit
+
+    path = junit.vitest(
+        tmp_path / "vitest.xml",
+        [("chat > flaky", "passed", ["v-1", "v-2"]), ("chat > fails", "failed", ["v-3", "v-4"])],
+    )
+    found = attempts(path)
+    assert [a[:2] for a in found["chat > flaky"]] == [("failed", ["v-1"]), ("passed", ["v-2"])]
+    (first, last) = found["chat > fails"]
+    assert first[:2] == ("failed", ["v-3"])
+    assert last[:2] == ("failed", ["v-4"])
+    assert last[2].startswith("expected 500 to be 200")  # the final failure is the last one's
