@@ -67,8 +67,9 @@ class _Part:
     failure: list[str] = dataclasses.field(default_factory=list)
     failed: bool = False
     skipped: bool = False
-    #: The plugin's ``cvdiag_failure`` property.
+    #: The plugin's ``cvdiag_failure`` property; ``cvdiag_failure.N`` ones, by attempt.
     noted: str = ""
+    numbered: dict[int, str] = dataclasses.field(default_factory=dict)
 
     def add_id(self, raw: str, *, prop: bool = False) -> None:
         test_id = join_key(raw)  # as the middleware adopts it, so the two meet
@@ -147,9 +148,16 @@ class _Reader:
         if case is None:
             return
         part = self._child or case
-        if name == "property" and attrs.get("name") in ID_PROPERTIES:
+        # A property may name its attempt (``cvdiag_test_id.2``: jest-junit writes one value
+        # per name, so each attempt's id, and each retried attempt's failure, has its own).
+        key, _, attempt = (
+            attrs.get("name", "").partition(".") if name == "property" else ("", "", "")
+        )
+        if key in ID_PROPERTIES:
             part.add_id(attrs.get("value", ""), prop=True)
-        elif name == "property" and attrs.get("name") == FAILURE_PROPERTY:
+        elif key == FAILURE_PROPERTY and attempt.isdigit() and len(part.numbered) < ATTEMPTS_MAX:
+            part.numbered[int(attempt)] = attrs.get("value", "")[:FAILURE_MAX]
+        elif key == FAILURE_PROPERTY:
             part.noted = attrs.get("value", "")[:FAILURE_MAX]
         elif name in _FLAKY or name in _RERUN:
             self._child = _Part(failed=True)
@@ -227,7 +235,11 @@ class _Reader:
             outcome, text = "failed", case.noted  # an attempt pytest-rerunfailures ran again
         children = self._flaky or self._rerun
         if not children:
-            return spread(outcome, text, case.ids, case.props)
+            found = spread(outcome, text, case.ids, case.props)
+            for number, said in case.numbered.items():  # a retried attempt's own failure
+                if 0 < number <= len(found) and found[number - 1].outcome == "failed":
+                    found[number - 1].failure = failure_text(said)
+            return found
         retries = [Attempt("failed", child.all_ids()[:IDS_MAX], child.text()) for child in children]
         final = Attempt(outcome, [], failure_text(text))
         if self._flaky:

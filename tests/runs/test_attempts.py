@@ -134,3 +134,22 @@ def test_vitest_retries_are_its_id_lines(tmp_path: Path) -> None:
     assert first[:2] == ("failed", ["v-3"])
     assert last[:2] == ("failed", ["v-4"])
     assert last[2].startswith("expected 500 to be 200")  # the final failure is the last one's
+
+
+def test_jest_retries_through_numbered_properties() -> None:
+    """``jest-retries.xml`` was written by Jest 29.7 and jest-junit 16 with docs/ci.md's
+    ``junitTestCaseProperties.js`` and ``jest.retryTimes(2, {logErrorsBeforeRetry: true})``
+    (paths shortened to /ci/app): one ``cvdiag_test_id.N`` per attempt, each retried attempt's
+    failure as ``cvdiag_failure.N``, the properties after the ``<failure>``."""
+    found = attempts(DATA / "jest-retries.xml")
+    assert [a[:2] for a in found["chat answers"]] == [("passed", ["jest-local-chatanswers-1"])]
+    (failed, passed) = found["chat streams"]
+    assert failed[:2] == ("failed", ["jest-local-chatstreams-1"])
+    assert "Received: 502" in failed[2]
+    assert passed == ("passed", ["jest-local-chatstreams-2"], "")
+    fails = found["chat fails"]
+    assert [a[:2] for a in fails] == [
+        ("failed", [f"jest-local-chatfails-{n}"]) for n in (1, 2, 3)
+    ]
+    assert all("Received: 500" in a[2] for a in fails)
+    assert headline(read_junit(str(DATA / "jest-retries.xml"))) == "1 failed, 1 flaky, 1 passed"
