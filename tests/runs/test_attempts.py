@@ -148,8 +148,6 @@ def test_jest_retries_through_numbered_properties() -> None:
     assert "Received: 502" in failed[2]
     assert passed == ("passed", ["jest-local-chatstreams-2"], "")
     fails = found["chat fails"]
-    assert [a[:2] for a in fails] == [
-        ("failed", [f"jest-local-chatfails-{n}"]) for n in (1, 2, 3)
-    ]
+    assert [a[:2] for a in fails] == [("failed", [f"jest-local-chatfails-{n}"]) for n in (1, 2, 3)]
     assert all("Received: 500" in a[2] for a in fails)
     assert headline(read_junit(str(DATA / "jest-retries.xml"))) == "1 failed, 1 flaky, 1 passed"
