@@ -92,6 +92,8 @@ SLOW = (
     "tests/otel/test_streaming_metrics.py",  # the fake provider on uvicorn
     "tests/sinks/test_process_lifecycle.py",
     "tests/pytest_plugin/test_backend.py",  # a backend of its own: uvicorn in a subprocess
+    "tests/pytest_plugin/test_runs_real.py",  # the same backend, two sessions in one folder
+    "tests/cli/test_help_examples.py",  # a real backend, then every example of every --help
     "tests/pytest_plugin/test_test_id.py",  # inner pytest sessions, a real server
     "tests/pytest_plugin/test_probe_log.py",  # inner pytest sessions, xdist workers
     "tests/probe/test_real_backend.py",  # uvicorn in a process of its own

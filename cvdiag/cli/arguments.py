@@ -286,10 +286,11 @@ def _report() -> Parser:
     p.add_argument("--all", action="store_true", help="draw healthy test ids too")
     p.add_argument("--max-drawn", type=count, default=50, metavar="N",
                    help="draw at most N test ids (default %(default)s)")  # fmt: skip
-    p.add_argument("--junit", action="extend", nargs="+", default=[], metavar="XML",
-                   help="JUnit XML of the test run (pytest, Playwright, vitest, Jest): the page"
-                   " shows each test, its outcome, attempts and failure, joined to its test"
-                   " ids")  # fmt: skip
+    p.add_argument("--junit", action="append", default=[], metavar="XML",
+                   help="JUnit XML of the test run (pytest, Playwright, vitest, Jest), one per"
+                   " --junit (a FILE that is XML is one too): the page shows each test, its"
+                   " outcome, attempts and failure, joined to its test ids, and only that"
+                   " run's test ids")  # fmt: skip
     _test_ids(p, "report only this test id")
     _timeout(p)
     _files(p)

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 def _junit(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--junit",
-        action="extend",
-        nargs="+",
+        action="append",
         default=[],
         metavar="XML",
-        help=f"JUnit XML of the runs (pytest, Playwright, vitest, Jest): {what}",
+        help=f"JUnit XML of the runs (pytest, Playwright, vitest, Jest), one per --junit (a"
+        f" FILE that is XML is one too): {what}",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Sequence
 
 import orjson
@@ -13,12 +14,19 @@ from cvdiag.cli.output import NOTHING, OK, Failure, Malformations, Output, Usage
 from cvdiag.cli.style import class_color
 from cvdiag.cli.values import test_id as normalised
 from cvdiag.compare.diff import Comparison, compare
-from cvdiag.compare.story import Story
+from cvdiag.compare.story import Story, said
 from cvdiag.logs.reading import Inputs, merged
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from cvdiag.runs import Case
+
+#: Every way of naming the two stories, for an error line.
+FORMS = (
+    "give ID-A ID-B LOG..., ID LOG ID LOG, LOG#ID LOG#ID, or with --junit XML a test name"
+    " and its logs (a flaky test: its passing attempt, then its failing one) or two test names"
+    " (each one's first attempt)"
+)
 
 #: One story to read: its test id and the logs it is in.
 Wanted = tuple[str, list[str]]
@@ -58,9 +66,12 @@ def read_story(wanted: Wanted, first_token_timeout: float) -> Story:
 def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
     """The two stories the words name: ``LOG#ID``, an ``ID`` followed by the ``LOG`` it is in,
     ids read from every log given, or with ``--junit`` a test's failing and passing attempts."""
+    from cvdiag.cli.opening import is_junit
+
     logs: list[str] = []
     bound: list[tuple[str, list[str] | None]] = []
-    for word in args.words:
+    args.junit += [word for word in args.words if is_junit(word)]  # a glob after --junit
+    for word in (word for word in args.words if not is_junit(word)):
         log, _, after = word.rpartition("#")
         if log and after and os.path.isfile(log):
             bound.append((after, [log]))
@@ -71,13 +82,13 @@ def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
         else:
             bound.append((word, None))
     if not logs and any(files is None for _, files in bound):
-        raise UsageError("diff: no log given: name one (cvdiag diff ID-A ID-B app.log)")
+        raise UsageError(f"diff: no log given: {FORMS}")
+    if args.junit and not bound:
+        raise UsageError(f"diff: no test named: {FORMS}{_flaky(args.junit)}")
     if args.junit:
         bound = _attempts([word for word, _ in bound], args.junit, logs)
     if len(bound) != 2:
-        raise UsageError(
-            f"diff: give two stories (ID LOG, LOG#ID, or two ids and their logs), not {len(bound)}"
-        )
+        raise UsageError(f"diff: give two stories, not {len(bound)}: {FORMS}")
     (one, in_one), (two, in_two) = bound
     return (_id(one), in_one or logs), (_id(two), in_two or logs)
 
@@ -104,7 +115,10 @@ def _attempts(
             raise Failure(f"{path}: {exc}", 2) from None
     found = []
     for name in names:
-        case = cases.get(name) or next((c for c in cases.values() if c.name.endswith(name)), None)
+        key = _dotted(name)
+        case = cases.get(name) or next(
+            (c for c in cases.values() if f".{_dotted(c.name)}".endswith(f".{key}")), None
+        )
         if case is None:
             raise Failure(f"no test named {name!r} in {', '.join(junit)}", NOTHING)
         found.append(case)
@@ -121,6 +135,27 @@ def _attempts(
     if None in firsts:
         raise Failure("a test named has no test id in the JUnit XML", NOTHING)
     return [(str(first), None) for first in firsts]
+
+
+def _dotted(name: str) -> str:
+    """A test's name as pytest's node id and its JUnit testcase both give it, alike:
+    ``tests/test_chat.py::TestChat::test_stream`` and ``tests.test_chat.TestChat::test_stream``
+    are both ``tests.test_chat.TestChat.test_stream``."""
+    return re.sub(r"\.py(?=::|$)", "", name).replace("/", ".").replace("::", ".")
+
+
+def _flaky(junit: Sequence[str]) -> str:
+    """The flaky tests the JUnit files name, the test names to give (at most three)."""
+    from cvdiag.runs import JUnitError, read_junit
+
+    names: list[str] = []
+    for path in junit:
+        try:
+            names += [case.name for case in read_junit(path) if case.outcome == "flaky"]
+        except JUnitError:
+            continue  # said when the stories are read
+    shown = ", ".join(dict.fromkeys(names[:3]))
+    return f" (flaky in {', '.join(junit)}: {shown})" if shown else ""
 
 
 def render(result: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
@@ -153,9 +188,5 @@ def render(result: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
 
 
 def _value(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.0f}"
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = said(value)
     return text if len(text) <= 80 else text[:77] + "..."

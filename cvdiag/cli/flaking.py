@@ -118,7 +118,8 @@ def render(tests: list[Test]) -> tuple[list[str], list[tuple[str, ...]]]:
         styles.append(("red",) if test.failures else ())
         for cause in test.causes():
             provider = f" with provider {cause['provider']}" if cause["provider"] else ""
-            lines.append(f"  {cause['count']} {cause['flap_class']}{provider}")
+            error = f" ({cause['error']})" if cause["error"] else ""
+            lines.append(f"  {cause['count']} {cause['flap_class']}{provider}{error}")
             styles.append(())
         for fact in test.separating():
             lines.append(

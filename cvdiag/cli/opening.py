@@ -23,6 +23,10 @@ def settle_inputs(args: argparse.Namespace) -> None:
     """``args.files`` as the command reads them, and ``args.test_id`` as envelopes carry it."""
     name: str = args.command
     files = getattr(args, "files", None)
+    if isinstance(files, list) and isinstance(getattr(args, "junit", None), list):
+        # ``--junit`` takes one file; the others of a glob (``--junit results-*.xml``) follow it.
+        args.junit += [word for word in files if is_junit(word)]
+        args.files = files = [word for word in files if not is_junit(word)]
     if name == "tail":
         if files is None and _interactive():
             raise UsageError("tail: no input: give a FILE, or pipe a server into it")
@@ -37,6 +41,16 @@ def settle_inputs(args: argparse.Namespace) -> None:
         _settle_test_id(name, args)
     if len(getattr(args, "files", None) or ()) > 1:
         args.files = _distinct(name, args.files)
+
+
+def is_junit(word: str) -> bool:
+    """Whether ``word`` names a file of XML (a JUnit file): a log's first byte is never ``<``."""
+    try:
+        with open(word, "rb") as source:
+            head = source.read(64)
+    except OSError:
+        return False
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"<")
 
 
 def _settle_test_id(name: str, args: argparse.Namespace) -> None:

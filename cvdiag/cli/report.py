@@ -30,11 +30,16 @@ def report(args: argparse.Namespace) -> int:
             inputs.watch(lambda done, total: _progress(progress, done, total))
 
     cases, unread = _junit(args.junit)
+    only = frozenset(args.test_ids) if args.test_ids else None
+    # A run's page is about that run: the log may hold earlier runs' test ids too.
+    run_ids = frozenset(test_id for case in cases for test_id in case.test_ids())
+    if run_ids:
+        only = run_ids if only is None else only & run_ids
     with _rereadable(args.files) as files:
         found = gather(
             files,
             every=args.all,
-            only=frozenset(args.test_ids) if args.test_ids else None,
+            only=only,
             first_token_timeout=args.first_token_timeout,
             max_details=args.max_drawn,
             on_malformed=malformed,
@@ -46,8 +51,10 @@ def report(args: argparse.Namespace) -> int:
         attach(found, files, cases, first_token_timeout=args.first_token_timeout)
     progress.done()
     malformed.finish()
-    if not found.test_ids:
+    if not found.test_ids and not run_ids:
         raise Failure(f"no CVDIAG envelope in {names(args)}")
+    if run_ids:
+        found.scope = RUN_SCOPE
     found.sources = [("stdin" if name == STDIN else name) for name in args.files]
     found.sources += args.junit
     found.cases = cases
@@ -67,6 +74,13 @@ def report(args: argparse.Namespace) -> int:
     # A JUnit file that could not be read is said at once; the page is still written from the
     # rest, and the status says something was left out.
     return USAGE if unread else OK
+
+
+#: The page's note when the JUnit files chose its test ids.
+RUN_SCOPE = (
+    "only the test ids the JUnit files name are listed: the log's others (an earlier run's,"
+    " a request no test forwarded an id with) are left out; cvdiag report LOG lists them all"
+)
 
 
 def _junit(paths: list[str]) -> tuple[list[Case], int]:

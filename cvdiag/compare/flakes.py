@@ -97,8 +97,9 @@ class Test:
         self.name = name
         self.attempts = 0
         self.failures = 0
-        #: (class, provider) -> failures, in the order first seen (``most_common`` keeps it).
-        self._causes: Counter[tuple[str, str | None]] = Counter()
+        #: (class, provider, error) -> failures, in the order first seen (``most_common``
+        #: keeps it).
+        self._causes: Counter[tuple[str, str | None, str | None]] = Counter()
         #: fact -> attempts that showed it, passes and failures apart.
         self._passed: Counter[str] = Counter()
         self._failed: Counter[str] = Counter()
@@ -128,9 +129,10 @@ class Test:
         facts: frozenset[str],
         provider: str | None,
         first_token: float | None,
+        error: str | None = None,
     ) -> None:
         """One attempt: whether it passed, its class (a failure's), facts, first LLM call's
-        provider and slowest first token (``facts_of``)."""
+        provider and slowest first token (``facts_of``), and its first error (``Story.error``)."""
         self.attempts += 1
         if passed:
             self._passed.update(facts)
@@ -142,7 +144,7 @@ class Test:
                 self._slowest = value
             return
         self.failures += 1
-        self._causes[flap_class, provider] += 1
+        self._causes[flap_class, provider, error] += 1
         self._failed.update(facts)
         if first_token is None:
             self._failures_untimed += 1
@@ -160,10 +162,11 @@ class Test:
         self._late_kept = max(64, 2 * len(self._late))
 
     def causes(self) -> list[dict[str, Any]]:
-        """The failures by class (and the provider the first LLM call went to), most first."""
+        """The failures by class (and the provider the first LLM call went to, and the first
+        error told), most first."""
         return [
-            {"flap_class": flap_class, "provider": provider, "count": count}
-            for (flap_class, provider), count in self._causes.most_common()
+            {"flap_class": flap_class, "provider": provider, "error": error, "count": count}
+            for (flap_class, provider, error), count in self._causes.most_common()
         ]
 
     def separating(self) -> list[dict[str, Any]]:
@@ -239,5 +242,6 @@ def by_test(
             facts=facts,
             provider=provider,
             first_token=first_token,
+            error=None if passed else story.error,
         )
     return sorted(tests.values(), key=lambda t: (-t.rate, -t.failures, t.name))

@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
+import orjson
+
 from cvdiag.diagnosis.classes import accounting
 from cvdiag.diagnosis.classify import Verdict, classify
 from cvdiag.diagnosis.describe import edge_headers, number
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.logs.reading import Record
+from cvdiag.scrubbing.redact import scrub_text
 
 #: Event names kept per request: positions past this are compared by count only.
 EVENTS_KEPT: Final = 256
@@ -92,6 +95,8 @@ class Story:
         self.first_token_timeout: float | None = None
         #: (agent turn's span, fingerprint) -> LLM calls that sent it.
         self.repeats: dict[tuple[str, str], int] = {}
+        #: The first error the story tells, ``type: message`` (scrubbed, bounded), or None.
+        self.error: str | None = None
 
     def add(self, record: Record) -> None:
         env = record.envelope
@@ -110,9 +115,11 @@ class Story:
             self.end_ms = max(self.end_ms, at)
         else:
             at = 0.0
+        meta = env["metadata"] if isinstance(env["metadata"], dict) else {}
+        if self.error is None and boundary in _ERRORS:
+            self.error = _error(meta, *_ERRORS[boundary])
         if len(self.points) >= POINTS_MAX:
             return
-        meta = env["metadata"] if isinstance(env["metadata"], dict) else {}
         span, parent = env["span_id"], env.get("parent_span_id")
         if boundary == INGRESS:
             self._begin_request(span, at, meta, env)
@@ -305,6 +312,38 @@ class Story:
     def flap_class(self) -> str:
         verdict = self.verdict
         return verdict.flap_class if verdict is not None else "unknown"
+
+
+#: Where a story's error is told: the boundary, its type's key and its message's.
+_ERRORS: Final = {
+    "backend.error.caught": ("exception_type", "message_scrubbed"),
+    "backend.llm.call.response": ("error_class", "provider_error_message"),
+}
+#: Characters of an error's type and message kept.
+ERROR_MAX: Final = 200
+
+
+def _error(meta: dict[str, Any], kind: str, message: str) -> str | None:
+    """``RuntimeError: the model's answer could not be parsed``, scrubbed again (the log is
+    untrusted) and cut; None when the envelope names no error."""
+    name = meta.get(kind)
+    if not isinstance(name, str) or not name:
+        return None
+    said = meta.get(message)
+    text = f"{name[:80]}: {said}" if isinstance(said, str) and said else name[:80]
+    return " ".join(scrub_text(text, ERROR_MAX).split())
+
+
+def said(value: object) -> str:
+    """A difference's value as ``cvdiag diff`` and the report page both print it: ``-`` for
+    none, a time rounded to the millisecond, anything else as JSON writes it."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}"
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
 
 
 def _at(point: Point) -> float:

@@ -96,7 +96,11 @@ def _aborted(m: Meta) -> str:
     kind = text(m.get("termination_kind"), 32)
     if m.get("termination_cause") is not None:  # the finer cause (an additive key)
         kind += f"/{text(m.get('termination_cause'), 32)}"
-    return f"{kind} after {text(m.get('bytes_before_abort'), 16)} bytes"
+    sent = text(m.get("bytes_before_abort"), 16)
+    if m.get("termination_cause") == "left_before_response":
+        # Found gone as its answer began (a JSON answer, say): what was written reached no one.
+        return f"{kind}: the client left before the answer began ({sent} bytes sent to no one)"
+    return f"{kind} after {sent} bytes"
 
 
 def _complete(m: Meta) -> str:

@@ -168,10 +168,10 @@ def render(timeline: Timeline) -> list[str]:
     origin, scale = _scale(events)
     rows = _rows(timeline, origin, scale)
     span = max(_end(e) for e in events) - min(0.0, min(_start(e) for e in events))
-    slugs = sorted({e.envelope["slug"] for e in events})
-    header = (
-        f"test id {timeline.test_id}: {len(events)} envelopes over {span:.1f} ms"
-        f" (slug {', '.join(slugs)})"
+    # "unknown" is the slug of an app that named none: nothing to say.
+    slugs = sorted({e.envelope["slug"] for e in events} - {"unknown"})
+    header = f"test id {timeline.test_id}: {len(events)} envelopes over {span:.1f} ms" + (
+        f" (slug {', '.join(slugs)})" if slugs else ""
     )
     titles = _Row("offset_ms", "boundary", "outcome", "dur_ms", "waterfall", "details")
     widths = [max(len(getattr(row, f)) for row in [titles, *rows]) for f in _Row.__slots__]

@@ -135,6 +135,7 @@ def pytest_runtest_makereport(
     ``--cvdiag-report``, where the page shows it)."""
     report = yield
     probe_log.on_report(item, call.when, report)  # first: the test ids it sent go with it
+    attempts.note_failure(item, report)
     if _recording(item.config):  # in an xdist worker too: the controller records
         attempts.ship(item, report)
     events = item.stash.get(EVENTS_KEY, None)

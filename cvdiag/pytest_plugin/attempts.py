@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 HEADER: Final = "x-test-id"
 #: The property JUnit XML carries the id in (``cvdiag report --junit`` reads it back).
 PROPERTY: Final = "cvdiag_test_id"
+#: The property that carries a failed attempt's failure: pytest's JUnit keeps none of an
+#: attempt pytest-rerunfailures runs again, only a testcase of the same name.
+FAILURE_PROPERTY: Final = "cvdiag_failure"
 #: The report attribute that carries an attempt's number and test ids (to the xdist controller).
 SHIPPED: Final = "cvdiag_attempt"
 #: The failure report's section with the backend's story.
@@ -80,10 +83,20 @@ def cvdiag_test_id(request: pytest.FixtureRequest) -> ForwardedTestId:
     and attempt, and as the ``cvdiag_test_id`` property of the test's JUnit XML testcase.
     """
     test_id = ForwardedTestId(new_uuid7())
-    # A fresh list per attempt: a rerun sets its fixtures up again, and forwards a new id.
+    # A fresh list per attempt: a rerun sets its fixtures up again, and forwards a new id; the
+    # earlier attempt's properties were written with its own testcase, so they are dropped.
     request.node.stash[IDS_KEY] = [str(test_id)]
-    request.node.user_properties.append((PROPERTY, str(test_id)))
+    properties = request.node.user_properties
+    properties[:] = [p for p in properties if p[0] not in (PROPERTY, FAILURE_PROPERTY)]
+    properties.append((PROPERTY, str(test_id)))
     return test_id
+
+
+def note_failure(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A failed setup or call of a test that forwards an id: its failure as a property, so
+    its attempt's testcase says it failed and how even when it is run again."""
+    if report.failed and report.when != "teardown" and IDS_KEY in item.stash:
+        item.user_properties.append((FAILURE_PROPERTY, _failure(report)))
 
 
 def ship(item: pytest.Item, report: pytest.TestReport) -> None:

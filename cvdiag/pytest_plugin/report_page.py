@@ -191,6 +191,7 @@ class Collector:
         from cvdiag.diagnosis.classes import DEFAULT_FIRST_TOKEN_TIMEOUT
         from cvdiag.pytest_plugin.backend_log import expand
         from cvdiag.report import gather
+        from cvdiag.report.comparison import attach
         from cvdiag.runs.cases import drawn_ids, labels
 
         self._log.close()
@@ -211,6 +212,7 @@ class Collector:
         # (an empty filter would read every test id in them).
         extra = backend if only else []
         timeout = self.options.first_token_timeout
+        timeout = DEFAULT_FIRST_TOKEN_TIMEOUT if timeout is None else timeout
         try:
             found = gather(
                 [self._log_path, *extra],
@@ -218,9 +220,15 @@ class Collector:
                 only=only,
                 draw=drawn_ids(cases),
                 warn=self._warnings.append,
-                first_token_timeout=DEFAULT_FIRST_TOKEN_TIMEOUT if timeout is None else timeout,
+                first_token_timeout=timeout,
             )
+            # As ``cvdiag report`` does: a failure beside its test's passing attempt.
+            attach(found, [self._log_path, *backend], cases, first_token_timeout=timeout)
             found.sources = ["pytest session", *backend]
+            if backend:  # the backend's log may hold earlier sessions' test ids too
+                found.scope = (
+                    "only this session's test ids are listed: the backend log's others are left out"
+                )
             found.cases = cases
             found.every = self.options.every  # drawn from a log already chosen: every=True
             found.labels = labels(cases)

@@ -30,7 +30,7 @@ ORDER: Final = {"failed": 0, "flaky": 1, "passed": 2, "skipped": 3}
 _ID_MAX: Final = 200 + WIDEST * 2 * ID_SHOWN
 #: The most one test's entry takes, whatever its runner wrote.
 CASE_MAX: Final = (
-    700 + WIDEST * NAME_SHOWN + ATTEMPTS_MAX * (200 + WIDEST * FAILURE_MAX + IDS_MAX * _ID_MAX)
+    700 + 2 * WIDEST * NAME_SHOWN + ATTEMPTS_MAX * (200 + WIDEST * FAILURE_MAX + IDS_MAX * _ID_MAX)
 )
 
 
@@ -59,6 +59,21 @@ def flake_rates(cases: Sequence[Case]) -> dict[str, tuple[int, int]]:
     return rates
 
 
+def distinct(paths: Sequence[str]) -> dict[str, str]:
+    """Each path as the page names it: its file name, or as many of its last folders as tell
+    it from the others (``run-1/backend.log`` beside ``run-2/backend.log``)."""
+    parts = {path: path.replace("\\", "/").split("/") for path in dict.fromkeys(paths)}
+    named: dict[str, str] = {}
+    for path, words in parts.items():
+        for depth in range(1, len(words) + 1):
+            name = "/".join(words[-depth:])
+            others = ("/".join(w[-depth:]) for p, w in parts.items() if p != path)
+            if name not in others:
+                break
+        named[path] = name
+    return named
+
+
 def render(report: Report) -> Iterator[str]:
     """The tests' section (nothing when the page knows no tests)."""
     if not report.cases:
@@ -72,8 +87,10 @@ def render(report: Report) -> Iterator[str]:
         yield '<p class="note">no test failed</p>\n'
     yield '<ol class="cases">\n'
     rates = flake_rates(report.cases)
+    runs = distinct([case.run for case in report.cases if case.run])
     for case in cases[:MAX_CASES]:
-        yield _case(case, anchors, classes, rates[case.name])
+        run = runs.get(case.run, "") if rates[case.name][1] > 1 else ""  # one of several runs
+        yield _case(case, anchors, classes, rates[case.name], run)
     yield "</ol>\n"
     if len(cases) > MAX_CASES:
         yield f'<p class="note">{len(cases) - MAX_CASES} more test(s) not listed</p>\n'
@@ -81,12 +98,18 @@ def render(report: Report) -> Iterator[str]:
 
 
 def _case(
-    case: Case, anchors: dict[str, int], classes: dict[str, str], rate: tuple[int, int]
+    case: Case,
+    anchors: dict[str, int],
+    classes: dict[str, str],
+    rate: tuple[int, int],
+    run: str = "",
 ) -> str:
     outcome = case.outcome
     failing, runs = rate
+    said = [f"failed in {failing} of {runs} runs"] if runs > 1 else []
+    said += [f"this run: {run}"] if run else []  # which run these attempts came from
     runs_shown = (
-        f' <small class="rate">failed in {failing} of {runs} runs</small>' if runs > 1 else ""
+        f' <small class="rate">{text(" · ".join(said), NAME_SHOWN)}</small>' if said else ""
     )
     parts = [
         f"<li{attr('class', f'case o-{outcome}')}{attr('data-outcome', outcome)}>"

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from cvdiag.compare.diff import Comparison, compare
 from cvdiag.compare.flakes import stable_part
-from cvdiag.compare.story import Story
+from cvdiag.compare.story import Story, said
 from cvdiag.logs.reading import Inputs, Malformed, merged
 from cvdiag.report.gather import Report
 from cvdiag.report.lanes import Mark, Waterfall
@@ -127,7 +127,7 @@ def block(result: Comparison, anchor: Callable[[str], str | None]) -> str:
             parts.append(
                 f"<li>+{text(format(item.at_ms, '.0f'), 30)} ms {text(item.where, 120)}"
                 f" {text(item.what, 60)}:"
-                f" {text(str(item.a), 120)} → {text(str(item.b), 120)}</li>"
+                f" {text(said(item.a), 120)} → {text(said(item.b), 120)}</li>"
             )
         parts.append("</ul>")
     parts.append("</div>")

@@ -77,6 +77,8 @@ class Report:
     cases: list[Case] = dataclasses.field(default_factory=list)
     #: A drawn failure's comparison with a passing attempt of its test, by its test id.
     comparisons: dict[str, Comparison] = dataclasses.field(default_factory=dict)
+    #: Which of the log's test ids the page holds, when not all: a note above the overview.
+    scope: str = ""
 
 
 def gather(
@@ -93,9 +95,9 @@ def gather(
 ) -> Report:
     """Read ``files`` (each one that can be read twice: no stdin) into a ``Report``.
 
-    ``only`` limits the report to those test ids; ``draw`` names test ids drawn first whatever
-    their class (a failed test's, whose requests may all be healthy); ``watch`` sees the inputs
-    of the first read (progress on a long read)."""
+    ``only`` limits the report to those test ids (empty: to none); ``draw`` names test ids
+    drawn first whatever their class (a failed test's, whose requests may all be healthy);
+    ``watch`` sees the inputs of the first read (progress on a long read)."""
     malformed = _Count(on_malformed)
     rows = Rows(first_token_timeout)
     drops: list[Record] = []
@@ -106,6 +108,8 @@ def gather(
     with sources as inputs:
         seen = PerTestId(rows.fold, rows.restore, again=reread(files), warn=warn)
         for source in inputs:
+            if only is not None and not only:
+                break  # the run forwarded no test id: none of the log's is its own
             for record in records(source, malformed, test_id=only):
                 boundary = record.envelope["boundary"]
                 if accounting(record.envelope):  # not a test's story

@@ -14,13 +14,12 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 from collections.abc import Iterator
 from importlib import resources
 from typing import IO, Any, Final
 
 from cvdiag.core.version import __version__ as VERSION
-from cvdiag.report.cases import CASE_MAX, MAX_CASES
+from cvdiag.report.cases import CASE_MAX, MAX_CASES, distinct
 from cvdiag.report.cases import render as render_cases
 from cvdiag.report.detail import ID_SHOWN, SECTION_MAX, section
 from cvdiag.report.gather import MAX_DETAILS, MAX_ROWS, Report
@@ -113,7 +112,7 @@ def _headline(report: Report) -> str:
 
 
 def _header(report: Report, title: str) -> Iterator[str]:
-    sources = ", ".join(os.path.basename(source) for source in report.sources)
+    sources = ", ".join(distinct(report.sources).values())
     yield f'<header>\n<h1>{text(title)}</h1>\n<p class="meta">'
     yield (
         f"{text(sources)} · written {text(report.written)} · first-token timeout"
@@ -148,7 +147,7 @@ def _overview(report: Report) -> Iterator[str]:
     for row in report.rows:
         yield _row(row, report.labels)
     yield "</tbody></table></div>\n"
-    notes = []
+    notes = [report.scope] if report.scope else []
     if report.unlisted:
         notes.append(f"{report.unlisted} more test id(s) not listed (cvdiag ls lists them all)")
     if report.undrawn:
@@ -157,7 +156,9 @@ def _overview(report: Report) -> Iterator[str]:
             f" {len(report.stories)} (--max-drawn draws more; cvdiag replay ID LOG shows one)"
         )
     if not report.rows:
-        notes.append("no test id in this log")
+        notes.append(
+            "no test id of this run in the log" if report.scope else "no test id in this log"
+        )
     for note in notes:
         yield f'<p class="note">{text(note)}</p>\n'
     yield "</section>\n"

@@ -37,6 +37,8 @@ class Case:
 
     name: str
     attempts: list[Attempt] = dataclasses.field(default_factory=list)
+    #: The run it is from (the JUnit file that names it; empty for the pytest session's own).
+    run: str = ""
 
     @property
     def outcome(self) -> str:
@@ -62,10 +64,37 @@ def failure_text(text: str) -> str:
 
 
 def headline(cases: Iterable[Case]) -> str:
-    """``1 failed, 1 flaky, 4 passed``: tests by outcome, those with none left out."""
-    counts = Counter(case.outcome for case in cases)
+    """``1 failed, 1 flaky, 4 passed``: tests by outcome, those with none left out. Given
+    several runs (JUnit files that name a test more than once), each test is counted once, by
+    its outcome over the runs: ``3 tests in 5 runs: 1 failed, 1 flaky, 1 passed``."""
+    cases = list(cases)
+    runs = {case.run for case in cases}
+    by_name: dict[str, list[str]] = {}
+    for case in cases:
+        by_name.setdefault(case.name, []).append(case.outcome)
+    # Several files of one run (a Playwright, a vitest and a Jest file) name no test twice.
+    several = len(runs) > 1 and len(by_name) < len(cases)
+    if several:
+        counts = Counter(over_runs(outcomes) for outcomes in by_name.values())
+    else:
+        counts = Counter(case.outcome for case in cases)
     parts = [f"{counts[name]} {name}" for name in OUTCOMES if counts[name]]
-    return ", ".join(parts) if parts else "no tests"
+    shown = ", ".join(parts) if parts else "no tests"
+    if not several:
+        return shown
+    tests = sum(counts.values())
+    return f"{tests} test{'' if tests == 1 else 's'} in {len(runs)} runs: {shown}"
+
+
+def over_runs(outcomes: Iterable[str]) -> str:
+    """A test's outcome over several runs: ``failed`` in every run it ran, ``flaky`` when it
+    failed (or was flaky) in some, ``passed`` in every one, ``skipped`` when it never ran."""
+    ran = [outcome for outcome in outcomes if outcome != "skipped"]
+    if not ran:
+        return "skipped"
+    if all(outcome == "failed" for outcome in ran):
+        return "failed"
+    return "flaky" if any(outcome in ("failed", "flaky") for outcome in ran) else "passed"
 
 
 def drawn_ids(cases: Iterable[Case]) -> frozenset[str]:

@@ -180,6 +180,8 @@ def key_value(match: re.Match[str]) -> str:
             after = text[match.end() : match.end() + 2]
             if len(after) == 2 and after[0] == " " and after[1].isalpha():
                 return match.group()  # English: "Missing credentials: please log in"
+        if group == "bare" and _source_code(match, key, value):
+            return match.group()
         return _replace(match, group)
     if match.group("lk") is not None:  # Authorization: …, Cookie: …
         value, group = _value_of(match, "lquoted", "lbare")
@@ -206,6 +208,30 @@ def key_value(match: re.Match[str]) -> str:
     if _keep_value(value) or not (netrc or credential_shaped(value, weak=True)):
         return match.group()
     return _replace(match, "nv")
+
+
+#: A type annotation's name after ``auth:`` (``AuthTypes | None``): a capitalised word and
+#: what only code puts after it.
+_ANNOTATION: Final = re.compile(r"[A-Z][A-Za-z]*")
+_AFTER_ANNOTATION: Final = (" | ", " = ", "]", "[")
+
+
+def _source_code(match: re.Match[str], key: str, value: str) -> bool:
+    """Whether a bare value is a line of source code a traceback quotes, which holds no
+    secret: a variable named as its key (``auth=auth``), an attribute of ``self`` or ``cls``,
+    a call (``token = get_token()``), a type (``auth: AuthTypes | None``)."""
+    if value.lower().replace("_", "").replace("-", "") == key:
+        return True  # a literal "password" as a password hides nothing either
+    if value.startswith(("self.", "cls.")) and value.replace(".", "_").isidentifier():
+        return True
+    after = match.string[match.end() : match.end() + 3]
+    if after.startswith("(") and value.replace(".", "_").isidentifier():
+        return not any(c.isdigit() for c in value)  # ``get_token(``, never ``hunter2(``
+    return (
+        ":" in match.group("sep")
+        and _ANNOTATION.fullmatch(value) is not None
+        and after.startswith(_AFTER_ANNOTATION)
+    )
 
 
 def _replace(match: re.Match[str], group: str) -> str:

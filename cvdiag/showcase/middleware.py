@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from cvdiag.asgi.http_exchange import HTTPExchange
 from cvdiag.asgi.middleware import CvdiagMiddleware
@@ -43,10 +43,9 @@ async def _nowhere(message: Message) -> None:
 class CvdiagBackendMiddleware(CvdiagMiddleware):
     """The showcase's middleware name for cvdiag's middleware (keyword options as its)."""
 
+    # No ``__init__`` of its own: ``CvdiagMiddleware``'s keyword options, typed, are what
+    # ``app.add_middleware(CvdiagBackendMiddleware, ...)`` is checked against under mypy.
     _adopt = staticmethod(showcase_test_id)
-
-    def __init__(self, app: ASGIApp, **options: Any) -> None:
-        super().__init__(app, **options)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         face_emitter()  # the flag as this request comes in

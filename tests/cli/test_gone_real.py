@@ -301,6 +301,10 @@ def test_a_json_client_that_gave_up_on_a_waiting_call_is_found_gone(
     verdict = _classify(log, "json-gone")
     assert verdict["flap_class"] == "stalled-backend", verdict["reason"]
     assert "found gone" in verdict["reason"]
+    # Said as what it means for a JSON answer: no stream was cut after some of its bytes.
+    replayed = cvdiag("replay", "json-gone", str(log), "--color", "never").stdout
+    assert "rst/left_before_response: the client left before the answer began (" in replayed
+    assert "left_before_response after" not in replayed
 
 
 async def _late_reader(scope: Any, receive: Any, send: Any) -> None:

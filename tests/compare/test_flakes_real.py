@@ -178,3 +178,36 @@ def test_a_background_agent_alone_is_judged_by_its_class(tmp_path: Path) -> None
     assert (test["test"], test["attempts"], test["failures"]) == ("d4-nightly", 4, 1)
     (cause,) = test["causes"]
     assert cause["flap_class"] == "backend-error"  # the error the scope saw, not a guess
+    assert cause["error"] == "RuntimeError: the planner gave up"  # its type and message
+    words = cvdiag("flakes", str(log))
+    assert "1 backend-error (RuntimeError: the planner gave up)" in words.stdout
+
+
+def test_a_cause_names_its_error_scrubbed_whatever_the_log_says(tmp_path: Path) -> None:
+    """The log is untrusted: a message that kept a key (a hand-made log, another writer) is
+    scrubbed again before ``flakes`` prints it; an LLM call's error is named the same way."""
+    from tests.support.report import envelope, write
+
+    key = "sk-proj-" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0n"
+    envelopes = []
+    for number in range(3):
+        test_id = f"d4-chat-run{number}"
+        envelopes += [
+            envelope(test_id, "backend.request.ingress", 0, "r", metadata={"method": "POST",
+                     "path": "/chat"}),
+            *([envelope(test_id, "backend.error.caught", 5, "e", "r", outcome="err",
+                        metadata={"exception_type": "ValueError",
+                                  "message_scrubbed": f"bad key {key} for the model"})]
+              if number else []),
+            envelope(test_id, "backend.response.complete", 9, "c", "r", outcome="ok" if not number
+                     else "err", metadata={"http_status": 500 if number else 200}),
+        ]  # fmt: skip
+    done = cvdiag("flakes", str(write(tmp_path / "runs.log", envelopes)), "--json")
+    assert done.returncode == 0, done.stderr
+    (test,) = json.loads(done.stdout)
+    (cause,) = test["causes"]
+    assert cause["count"] == 2
+    assert cause["error"].startswith("ValueError: bad key ")
+    assert cause["error"].endswith(" for the model")
+    assert key not in done.stdout
+    assert key[:16] not in done.stdout

@@ -90,3 +90,44 @@ def test_given_several_runs_the_flakiest_test_is_listed_first(log: Path, tmp_pat
     assert tests.index("chat.spec.ts::chat") < tests.index("chat.spec.ts::search")
     assert "failed in 2 of 3 runs" in tests
     assert "failed in 1 of 3 runs" in tests
+
+
+def test_many_runs_read_whole(log: Path, tmp_path: Path) -> None:
+    """Issue 47: each run's source named apart though every run's files share their names,
+    each test's entry says which run it came from, and the headline counts tests, not runs."""
+    files = []
+    for number, (chat, search) in enumerate([("failed", "passed"), ("passed", "passed")], 1):
+        folder = tmp_path / f"run-{number}"
+        folder.mkdir()
+        (folder / "backend.log").write_bytes(log.read_bytes())
+        chat_id = "chat-run2" if chat == "failed" else "chat-run1"
+        cases = [("chat", chat, [chat_id], []), ("search", search, ["t-pass"], [])]
+        files += [str(folder / "backend.log"), str(junit.playwright(folder / "junit.xml", cases))]
+    logs, xml = files[0::2], files[1::2]
+    text = page(tmp_path, *logs, "--junit", xml[0], "--junit", xml[1], "--all")
+    assert "run-1/backend.log, run-2/backend.log, run-1/junit.xml, run-2/junit.xml" in text
+    assert "cvdiag report: 2 tests in 2 runs: 1 flaky, 1 passed" in text
+    tests = text[text.index("Tests") :]
+    assert "failed in 1 of 2 runs · this run: run-1/junit.xml" in tests
+    assert "failed in 1 of 2 runs · this run: run-2/junit.xml" in tests
+
+
+def test_the_pages_comparison_reads_as_the_commands(log: Path, tmp_path: Path) -> None:
+    """Issue 47: ``-`` for a value that is missing and times rounded, as ``cvdiag diff`` says
+    them: never ``None`` or ``18.627378``."""
+    xml = junit.playwright(
+        tmp_path / "results.xml",
+        [("chat streams", "passed", ["t-pass"], [("flakyFailure", "t-fail")])],
+    )
+    page(tmp_path, str(log), "--junit", str(xml))
+    raw = (tmp_path / "page.html").read_text()
+    block = raw[raw.index('<div class="compared">') :]
+    block = block[: block.index("</div>")]
+    said = cvdiag("diff", "t-pass", "t-fail", str(log), "--color", "never").stdout
+    differences = said[said.index("differences\n") + len("differences\n") :].splitlines()
+    items = re.findall(r"<li>(.*?)</li>", block)
+    shown = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", item)).split()) for item in items]
+    assert shown
+    assert shown == [" ".join(line.split()) for line in differences][: len(shown)]
+    assert "None" not in block
+    assert not re.search(r"\d\.\d{3}", block)

@@ -55,6 +55,7 @@ from cvdiag import (
 from cvdiag.pipeline.emitter import Emitter, get_emitter
 from cvdiag.scopes.heartbeat import scheduler
 from cvdiag.sinks import Sink
+from cvdiag.sinks.exit_flush import flush_all
 from tests.reliability.apps import build
 from tests.reliability.drivers import MIX, ROOT, exchange
 from tests.reliability.scale import SCALE
@@ -187,7 +188,10 @@ def closed_stream() -> io.StringIO:
     ids=["broken-pipe", "closed-file", "none"],
 )
 def test_stdout_that_fails(
-    stdout: Callable[[], Any], monkeypatch: pytest.MonkeyPatch, failure_counts: FailureCounts
+    stdout: Callable[[], Any],
+    monkeypatch: pytest.MonkeyPatch,
+    failure_counts: FailureCounts,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(sys, "stdout", stdout())
     sink = StdoutSink()
@@ -199,6 +203,17 @@ def test_stdout_that_fails(
     assert sink.dropped == emitter.emitted  # every line lost is a line counted
     assert len(memory.envelopes) == emitter.emitted
     assert failure_counts()["sink"] > 0
+    # The exit flush's one line, said now and asserted: lost on purpose, it is this test's, and
+    # never reaches the suite's own stderr at exit as if something had failed.
+    capsys.readouterr()
+    flush_all(timeout=0, sinks=[sink])
+    (said,) = capsys.readouterr().err.splitlines()
+    assert said.startswith(
+        f"cvdiag: {emitter.emitted} envelopes not written (write failed); test ids without"
+        " their terminal: fault-000000, fault-000001, "
+    )
+    flush_all(timeout=0, sinks=[sink])  # said once: nothing is left to say at exit
+    assert capsys.readouterr().err == ""
 
 
 def test_file_sink_on_a_directory_or_a_closed_file(

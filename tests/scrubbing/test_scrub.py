@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from cvdiag import scrub
 from cvdiag.scrubbing.passes import redact
-from cvdiag.scrubbing.redact import REDACTED, SCAN_LIMIT
+from cvdiag.scrubbing.redact import REDACTED, SCAN_LIMIT, scrub_text
 from tests.conftest import REFERENCE
 
 
@@ -191,3 +191,23 @@ def test_the_prefilter_never_hides_a_match(text: str, shape: str, embed: bool) -
     # The hint search is only a shortcut: with or without it, the result is the same.
     sample = f"{text[:50]}{shape}{text[50:]}" if embed else text
     assert redact(sample) == redact(sample, prefilter=False)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "auth=ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+        "password=hunter2(x)",  # a call, but its name has a digit: a value
+        "secret: Hunter2 | x",
+        "token=Xk9fQ2mV7pL4",
+        "auth=self",  # no attribute: a word, not code
+        "api_key=sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    ],
+)
+def test_a_secret_beside_source_code_is_still_redacted(line: str) -> None:
+    """Issue 47 keeps source lines a traceback quotes (``auth=auth``, ``self.api_key``, a call,
+    a type): every value that could be a secret is still redacted."""
+    scrubbed = scrub_text(line, 4000)
+    assert "[REDACTED]" in scrubbed
+    value = line.split("=", 1)[-1].split(": ", 1)[-1].split("(")[0].split(" ")[0]
+    assert value not in scrubbed

@@ -14,6 +14,7 @@ import pytest
 
 from cvdiag import FileSink, Settings, StdoutSink
 from cvdiag.pipeline.emitter import Emitter
+from cvdiag.sinks.exit_flush import flush_all
 from tests.schema_check import assert_valid
 
 
@@ -65,7 +66,20 @@ def test_the_writer_wakes_once_per_burst_not_once_per_line(tmp_path: Path) -> No
     assert sink.writes == 1
 
 
-def test_wedged_stdout_drops_oldest_and_accounts(monkeypatch: pytest.MonkeyPatch) -> None:
+def said_at_exit(sink: StdoutSink, capsys: pytest.CaptureFixture[str]) -> str:
+    """The exit flush's line about ``sink``'s losses, said now (so never at the suite's exit,
+    where a reader takes it for a failure) and once."""
+    capsys.readouterr()
+    flush_all(timeout=0, sinks=[sink])
+    said = capsys.readouterr().err
+    flush_all(timeout=0, sinks=[sink])
+    assert capsys.readouterr().err == ""
+    return said
+
+
+def test_wedged_stdout_drops_oldest_and_accounts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     stream = GatedStream()
     monkeypatch.setattr(sys, "stdout", stream)
     sink = StdoutSink(queue_size=100)
@@ -83,9 +97,14 @@ def test_wedged_stdout_drops_oldest_and_accounts(monkeypatch: pytest.MonkeyPatch
     assert reports[0]["metadata"]["dropped_count"] == sink.dropped
     assert len(written) + sink.dropped == 1000
     assert written[-1]["metadata"]["message_scrubbed"] == "999"  # the newest survive
+    assert (
+        said_at_exit(sink, capsys) == f"cvdiag: {sink.dropped} envelopes not written (queue full)\n"
+    )
 
 
-def test_broken_stdout_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_stdout_is_counted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     stream = io.StringIO()
     stream.close()
     monkeypatch.setattr(sys, "stdout", stream)
@@ -95,6 +114,7 @@ def test_broken_stdout_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     em.flush()
     assert sink.dropped == 1
     assert sink.written == 0
+    assert said_at_exit(sink, capsys) == "cvdiag: 1 envelopes not written (write failed)\n"
 
 
 def test_file_sink_appends(tmp_path: Path) -> None:
