@@ -199,6 +199,8 @@ class Collector:
         cases = recorder.all_cases() if recorder is not None else []
         backend = expand(recorder.backend, recorder.root) if recorder is not None else []
         backend = [name for name in backend if os.path.isfile(name)]  # the recorder said why
+        # The backend's own logs hold other runs' test ids; the probe log is this session's.
+        others = bool(backend)
         # What the tests' clients saw (--cvdiag-probe-log), read beside the backend's lines.
         probe = self._probe()
         if probe is not None and os.path.isfile(probe) and probe not in backend:
@@ -225,7 +227,7 @@ class Collector:
             # As ``cvdiag report`` does: a failure beside its test's passing attempt.
             attach(found, [self._log_path, *backend], cases, first_token_timeout=timeout)
             found.sources = ["pytest session", *backend]
-            if backend:  # the backend's log may hold earlier sessions' test ids too
+            if others:  # the backend's log may hold earlier sessions' test ids too
                 found.scope = (
                     "only this session's test ids are listed: the backend log's others are left out"
                 )
