@@ -40,8 +40,12 @@ def _stories(
 ) -> Iterator[tuple[str, Story]]:
     """Each log's stories, one log at a time: a run's test ids are its own (the same id in two
     logs is two attempts). The classifier's facts are gathered only for the failures, in a
-    second read of their lines: a pass's class is never shown."""
+    second read of their lines: a pass's class is never shown. A log of probe lines alone is
+    no run of its own: its lines join the failures' stories of the runs beside it."""
+    companions = _probe_logs(args.files)
     for name in args.files:
+        if name in companions:
+            continue
         stories: dict[str, Story] = {}
         with Inputs([name]) as inputs:
             for item in inputs:
@@ -56,7 +60,7 @@ def _stories(
             story.finish(first_token_timeout=args.first_token_timeout)
         failing = frozenset(i for i, story in stories.items() if not _passed(story, names))
         if failing:
-            _gather(name, failing, stories)
+            _gather([name, *companions], failing, stories)
         for story in stories.values():
             if story.count:
                 yield name, story
@@ -69,7 +73,21 @@ def _passed(story: Story, names: dict[str, tuple[str, bool]] | None) -> bool:
     return named is None or named[1]  # a story no test forwarded is not counted
 
 
-def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> None:
+def _probe_logs(files: list[str]) -> list[str]:
+    """The logs that hold no backend envelope (a probe's own file), each read until its first
+    backend line: at once for a backend's log. None when a log cannot be read twice."""
+    found = []
+    with Inputs(files) as inputs:
+        if not all(item.rereadable for item in inputs):
+            return []
+        for item in inputs:
+            item.numbered = False
+            if not any(True for _ in records(item, _ignored, needle=b'"backend.')):
+                found.append(item.name)
+    return found if len(found) < len(files) else []
+
+
+def _gather(names: list[str], failing: frozenset[str], stories: dict[str, Story]) -> None:
     """The classifier's facts of the failing stories, from their lines read again: up to
     ``SEARCHED_ALONE`` test ids each searched for as bytes (at disk speed: 10 ms for 10 MB
     here), more in one read that parses every envelope again (170 ms)."""
@@ -77,7 +95,7 @@ def _gather(name: str, failing: frozenset[str], stories: dict[str, Story]) -> No
     groups = [frozenset([i]) for i in alone if written_as_is(i)]
     rest = failing.difference(*groups)
     for ids in [*groups, rest] if rest else groups:
-        with Inputs([name]) as inputs:
+        with Inputs(names) as inputs:
             for item in inputs:
                 item.numbered = False
                 for record in records(item, _ignored, test_id=ids):

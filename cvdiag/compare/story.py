@@ -100,6 +100,8 @@ class Story:
         self.count += 1
         if self.gather_facts:
             self.facts.add(record)
+        if boundary.startswith("probe."):
+            return  # the client's layer: in the facts, read on the backend's clock from there
         if self._anchor is None:
             self._anchor = record.key  # the clock's origin, timed or not: the same offsets
         if self.timed or boundary == "backend.llm.call.start":

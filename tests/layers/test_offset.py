@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvdiag.layers import Join, bound
-from tests.layers.records import records_of
 from tests.support.probes import Probe
+from tests.support.records import records_of
 from tests.support.stories import Story
 
 latency = st.floats(min_value=0.0, max_value=3000.0, allow_nan=False)

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from cvdiag.pipeline.envelope import NULL_EDGE_HEADERS
 from tests.support.stories import T0, Story
 
 _spans = itertools.count(0x9000)
@@ -62,12 +63,12 @@ class Probe:
                 "layer": "probe",
                 "boundary": boundary,
                 "slug": "probe",
-                "demo": None,
+                "demo": "default",
                 "ts": ts,
                 "mono_ns": self.mono0 + int(own * 1_000_000),
                 "duration_ms": duration_ms,
                 "outcome": outcome,
-                "edge_headers": None,
+                "edge_headers": dict(NULL_EDGE_HEADERS),
                 "metadata": metadata,
             }
         )

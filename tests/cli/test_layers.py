@@ -1,0 +1,124 @@
+"""The reading commands over a backend's log and a probe's (issue 45): two files in either
+order, and the same lines in one file, tell the same story, the probe's lines on the backend's
+clock: ``classify``, ``replay``, ``ls``, ``report``, ``diff``, ``flakes``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cvdiag
+from tests.support.client_stories import held_stream, slow_llm
+from tests.support.probes import write
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> dict[str, Path]:
+    slow, slow_probe = slow_llm()
+    held, held_probe = held_stream()
+    calm, calm_probe = held_stream(held=False)
+    calm.test_id = "t-calm"
+    for env in calm.envelopes:
+        env["test_id"] = "t-calm"
+    assert calm_probe is not None
+    assert slow_probe is not None
+    assert held_probe is not None
+    for env in calm_probe.envelopes:
+        env["test_id"] = env["trace_id"] = "t-calm"
+    paths = {
+        "backend": tmp_path / "backend.log",
+        "probe": tmp_path / "probe.log",
+        "one": tmp_path / "one.log",
+    }
+    write(paths["backend"], slow, held, calm)
+    write(paths["probe"], slow_probe, held_probe, calm_probe)
+    write(paths["one"], slow_probe, slow, held, held_probe, calm_probe, calm)
+    return paths
+
+
+def _layouts(logs: dict[str, Path]) -> list[list[str]]:
+    return [
+        [str(logs["backend"]), str(logs["probe"])],
+        [str(logs["probe"]), str(logs["backend"])],
+        [str(logs["one"])],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("test_id", "wanted"),
+    [("t-slow-llm", "slow-first-token"), ("t-held", "edge-interference"), ("t-calm", "healthy")],
+)
+def test_classify_reads_both_layers_in_any_layout(
+    logs: dict[str, Path], test_id: str, wanted: str
+) -> None:
+    for files in _layouts(logs):
+        result = cvdiag("classify", test_id, *files, "--json")
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert data["flap_class"] == wanted, (files, data["reason"])
+        assert data["layers"] == ["backend", "probe"]
+        assert data["joined"].startswith("aligned")
+    text = cvdiag("classify", "t-slow-llm", str(logs["backend"]), str(logs["probe"])).stdout
+    assert "\nlayers    backend + probe: aligned" in text
+    assert "\ndecided   client_left_ms" in text
+
+
+def test_backend_alone_is_told_what_it_was(logs: dict[str, Path]) -> None:
+    data = json.loads(cvdiag("classify", "t-slow-llm", str(logs["backend"]), "--json").stdout)
+    assert data["flap_class"] == "client-abort"
+    assert data["layers"] == ["backend"]
+
+
+def test_replay_reads_the_probe_on_the_backends_clock(logs: dict[str, Path]) -> None:
+    """The probe's clock is 3.25 s behind: on its own clock its send would come seconds before
+    the ingress; aligned, it comes just before it and its timeout 2 s after."""
+    for files in _layouts(logs):
+        result = cvdiag("replay", "t-slow-llm", *files, "--json")
+        assert result.returncode == 0, result.stderr
+        events = json.loads(result.stdout)["events"]
+        order = [e["boundary"] for e in events]
+        assert order.index("probe.message.send") < order.index("backend.request.ingress")
+        assert order.index("probe.network.error") < order.index("backend.llm.call.response")
+        offsets = {e["boundary"]: e["offset_ms"] for e in events}
+        gap = offsets["probe.network.error"] - offsets["probe.message.send"]
+        assert gap == pytest.approx(2000, abs=2)
+        assert offsets["backend.request.ingress"] - offsets["probe.message.send"] < 5
+
+
+def test_ls_lists_each_test_id_once_with_its_class(logs: dict[str, Path]) -> None:
+    for files in _layouts(logs):
+        result = cvdiag("ls", *files, "--json")
+        assert result.returncode in (0, 1), result.stderr
+        rows = {row["test_id"]: row["flap_class"] for row in json.loads(result.stdout)}
+        assert rows == {
+            "t-slow-llm": "slow-first-token",
+            "t-held": "edge-interference",
+            "t-calm": "healthy",
+        }
+
+
+def test_report_draws_both_layers(logs: dict[str, Path], tmp_path: Path) -> None:
+    for number, files in enumerate(_layouts(logs)):
+        page = tmp_path / f"page{number}.html"
+        result = cvdiag("report", *files, "-o", str(page))
+        assert result.returncode in (0, 1), result.stderr
+        html = page.read_text()
+        assert "slow-first-token" in html
+        assert "edge-interference" in html
+        assert "probe.network.error" in html
+
+
+def test_diff_says_when_the_client_left(logs: dict[str, Path]) -> None:
+    result = cvdiag("diff", "t-calm", "t-held", str(logs["backend"]), str(logs["probe"]), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    json.loads(result.stdout)
+
+
+def test_flakes_reads_both_layers(logs: dict[str, Path]) -> None:
+    for files in _layouts(logs):
+        result = cvdiag("flakes", *files, "--json")
+        assert result.returncode in (0, 1), result.stderr
+        text = result.stdout
+        assert "slow-first-token" in text
