@@ -47,7 +47,7 @@ from cvdiag.diagnosis.describe import number, text
 from cvdiag.diagnosis.edge import silence_ms
 from cvdiag.diagnosis.facts import KEEP, Facts, gather
 from cvdiag.diagnosis.rules import Context, Finding
-from cvdiag.diagnosis.vocabulary import CUT, error_kind
+from cvdiag.diagnosis.vocabulary import CUT, FOUND_GONE, error_kind
 from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import Tier
 
@@ -237,8 +237,9 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
             found.facts["silence_ms"] = round(silence, 1)
     deciding = [key for key in found.facts if key not in _CONTEXT_FACTS]
     layers, joined = _layers(ctx)
-    if layers == ["backend"] and name in SETTLED_BY_PROBE:
-        reason += f"; {SETTLED_BY_PROBE[name]}"
+    if layers == ["backend"] and name == "client-abort":
+        gone = found.facts.get("termination_cause") in FOUND_GONE
+        reason += f"; {CLIENT_ABORT_SETTLED[gone]}"
     return Verdict(
         facts.test_id,
         name,
@@ -255,10 +256,13 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
 
 #: Evidence every verdict may carry, not what decided it.
 _CONTEXT_FACTS: Final = frozenset({"dropped_envelopes", "silence_ms", "client", "alignment"})
-#: Backend-only classes a probe's lines would settle, and how: said in the reason.
-SETTLED_BY_PROBE: Final = {
-    "client-abort": (
-        "the backend cannot know when its client gave up until it writes: the probe's lines"
+#: What a probe's lines would settle of a backend-only ``client-abort``, said in its reason:
+#: why the client left (its own timeout, on purpose, the network) and, when it was only found
+#: gone, when.
+CLIENT_ABORT_SETTLED: Final = {
+    False: "the probe's lines (or the runner's JUnit) would say why it left",
+    True: (
+        "a backend cannot know when its client gave up until it writes: the probe's lines"
         " (or the runner's JUnit) would say when and why it left"
     ),
 }

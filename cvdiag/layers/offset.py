@@ -64,10 +64,7 @@ class Offset:
         half = self.half_width_ms
         if half is None:
             side = "sends" if self.upper is not None else "answers"
-            return (
-                f"aligned from {many} on one side only ({side}; the way taken to cost nothing):"
-                f" the probe's clock read {_signed(self.theta_ms)}"
-            )
+            return f"aligned from {many}, bounded on one side only ({side}, taken as instant)"
         widened = (
             f"; the pairs disagreed by {self.widened_ms:.0f} ms (a stamp taken after its send),"
             " widened to hold them"
@@ -84,10 +81,6 @@ class Offset:
             "pairs": self.pairs,
             "widened_ms": round(self.widened_ms, 3),
         }
-
-
-def _signed(ms: float) -> str:
-    return f"+{ms:.0f} ms" if ms >= 0 else f"{ms:.0f} ms"
 
 
 def bound(uppers: Iterable[float], lowers: Iterable[float]) -> Offset:

@@ -103,7 +103,7 @@ def test_backend_only_the_slow_call_is_client_abort_that_says_a_probe_would_sett
     # no contradiction: what the call had done is said of when the client was found gone
     assert "; its LLM call had answered" not in verdict.reason
     assert "by then (not necessarily when it left) its LLM call had answered" in verdict.reason
-    assert "the probe's lines (or the runner's JUnit) would say when" in verdict.reason
+    assert "the probe's lines (or the runner's JUnit) would say when and why" in verdict.reason
 
 
 @pytest.mark.parametrize(
