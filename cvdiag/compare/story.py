@@ -19,7 +19,7 @@ from cvdiag.diagnosis.classify import Verdict, classify
 from cvdiag.diagnosis.describe import edge_headers, number
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
-from cvdiag.logs.reading import Record
+from cvdiag.logs.reading import Record, key_millis
 
 #: Event names kept per request: positions past this are compared by count only.
 EVENTS_KEPT: Final = 256
@@ -275,9 +275,18 @@ class Story:
             self.points.append(end)
         self._open.clear()
         self._requests.clear()
+        self._client_left()
         self.points.sort(key=_at)
         self.first_token_timeout = first_token_timeout
         return self
+
+    def _client_left(self) -> None:
+        """When the client left, by its own side (probe lines, a runner's words) when it says:
+        the backend learns it only when it next writes."""
+        view = self.facts.join.view() if self._facts is not None else None
+        left = view.left_ms if view is not None else None
+        if left is not None and self._anchor is not None:
+            self.client_left_ms = left - key_millis(self._anchor[0])
 
     @property
     def facts(self) -> Facts:

@@ -186,7 +186,7 @@ class Join:
                 return
             _request_line(writer.requests, index, at, boundary, meta)
 
-    def runner_said(self, timeout_ms: float, words: str) -> None:
+    def runner_said(self, timeout_ms: float | None, words: str) -> None:
         """A runner's failure text says the client timed out after ``timeout_ms`` (no probe
         lines): its first request is taken to have been sent as it reached the backend."""
         if any(name != JUNIT for name in self._writers):
