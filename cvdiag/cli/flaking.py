@@ -60,7 +60,14 @@ def _stories(
                     if story is None:
                         story = stories[test_id] = Story(test_id, gather_facts=False, timed=False)
                     story.add(record)
-        for story in stories.values():
+        if companions and stories:  # the probe's lines of this run's test ids
+            with Inputs(companions) as inputs:
+                for item in inputs:
+                    item.numbered = False
+                    for record in records(item, _ignored, test_id=frozenset(stories)):
+                        stories[record.envelope["test_id"]].client.add(record)
+        for test_id, story in stories.items():
+            tell(story.client, words, test_id)  # what the runner said, for the facts of each
             story.finish(first_token_timeout=args.first_token_timeout)
         failing = frozenset(i for i, story in stories.items() if not _passed(story, names))
         if failing:

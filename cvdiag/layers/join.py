@@ -246,6 +246,8 @@ class Join:
         view = writer.view
         request = writer.requests[0]
         first = backend[0] if backend else None
+        if first is not None:
+            request.method, request.url = first.method, first.path
         if first is not None and request.timeout_ms is not None:
             request.sent_ms = first.start_ms
             request.ingress_ms = first.start_ms

@@ -181,5 +181,41 @@ def test_diff_says_when_the_client_left_by_its_own_side(
         result = cvdiag("diff", *words)
         assert result.returncode == 1, result.stderr
         assert "the client left at +2000ms" in result.stdout, result.stdout
+        # the client's side of each request is a point of the story
+        shown = (
+            "client POST /chat #1 end  client_end: complete → client-timeout"
+            if probe in words
+            else "client POST /chat #1 end  only in one: false → true"
+        )
+        assert shown in result.stdout, result.stdout
     alone = cvdiag("diff", "t-calm", "t-slow-llm", backend)
     assert "the client left at +4123ms" in alone.stdout
+
+
+def _renamed(test_id: str, *writers: object) -> None:
+    for writer in writers:
+        for env in writer.envelopes:  # type: ignore[attr-defined]
+            env["test_id"] = env["trace_id"] = test_id
+
+
+def test_flakes_separates_on_the_clients_timeout(tmp_path: Path) -> None:
+    """Four failures whose client's 2 s timeout ran out, against four passes: said as the fact
+    that separates them, from the probe's lines in a file of their own."""
+    backends: list[object] = []
+    probes: list[object] = []
+    for run in range(4):
+        slow, slow_probe = slow_llm()
+        calm, calm_probe = held_stream(held=False)
+        _renamed(f"t-chat-run{run}", slow, slow_probe)
+        _renamed(f"t-chat-try{run}", calm, calm_probe)
+        backends += [slow, calm]
+        probes += [slow_probe, calm_probe]
+    write(tmp_path / "backend.log", *backends)  # type: ignore[arg-type]
+    write(tmp_path / "probe.log", *probes)  # type: ignore[arg-type]
+    result = cvdiag("flakes", str(tmp_path / "backend.log"), str(tmp_path / "probe.log"))
+    assert result.returncode == 0, result.stderr
+    assert "4 slow-first-token" in result.stdout
+    assert (
+        "separates: the client's 2,000 ms timeout was reached (in 4 of 4 failures, 0 of 4"
+        " passes)" in result.stdout
+    ), result.stdout
