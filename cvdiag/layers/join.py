@@ -308,27 +308,39 @@ def _end(boundary: str, meta: dict[str, Any]) -> str:
 
 
 def _resolved(writer: _Writer) -> list[Request]:
-    """The writer's requests in order, each line without an index given to the request sent
-    last before it, and each with an end: its own, else ``complete`` when its head came and the
-    probe exited (nothing cut it)."""
+    """The writer's requests in order, and each with an end: its own, else ``complete`` when
+    its head came and the probe exited (nothing cut it). A line without an index (a page's own
+    fetch, as a browser's probe sees it) belongs to the request seen last before it, unless it
+    names another path: then it is a request of its own (seen from its head, not its send)."""
     requests = [dataclasses.replace(r) for _, r in sorted(writer.requests.items())]
+    next_index = max((r.index for r in requests), default=-1) + 1
     for at, boundary, meta, _ in sorted(writer.loose, key=lambda item: item[0]):
-        if boundary == "probe.message.send":
-            index = len(requests)
-            if len(requests) < MAX_REQUESTS:
-                requests.append(Request(index, sent_ms=at, url=_str(meta.get("url"))))
-            continue
-        sent = [r for r in requests if r.sent_ms is not None and r.sent_ms <= at]
-        target = sent[-1] if sent else (requests[0] if requests else None)
-        if target is None:
-            target = Request(0)
+        path = path_of(meta.get("url"))
+        seen = [(t, r.index, r) for r in requests if (t := _seen_at(r)) is not None and t <= at]
+        target = max(seen, key=lambda item: item[:2])[2] if seen else None
+        if boundary == "probe.message.send" or (
+            path is not None and (target is None or path_of(target.url) not in (None, path))
+        ):
+            if len(requests) >= MAX_REQUESTS:
+                continue
+            target = Request(next_index, url=_str(meta.get("url")))
+            next_index += 1
             requests.append(target)
+        elif target is None:
+            if not requests:
+                requests.append(Request(next_index))
+                next_index += 1
+            target = requests[0]
         _request_line({target.index: target}, target.index, at, boundary, meta)
     exited = writer.view.exit_outcome is not None
     for request in requests:
         if request.end is None and request.head_ms is not None and exited:
             request.end = COMPLETE
     return requests
+
+
+def _seen_at(request: Request) -> float | None:
+    return request.sent_ms if request.sent_ms is not None else request.head_ms
 
 
 def _pairs(requests: list[Request], backend: list[_Backend]) -> tuple[list[float], list[float]]:
@@ -338,7 +350,7 @@ def _pairs(requests: list[Request], backend: list[_Backend]) -> tuple[list[float
     lowers: list[float] = []
     free = list(backend)
     for request in requests:
-        if request.sent_ms is None:
+        if request.sent_ms is None and request.head_ms is None:
             continue
         match = next((b for b in free if _same(request, b)), None)
         if match is None:
@@ -349,7 +361,8 @@ def _pairs(requests: list[Request], backend: list[_Backend]) -> tuple[list[float
         request.backend_second_event_ms = match.second_event_ms
         request.backend_end_ms = match.end_ms
         request.backend_events = match.events
-        uppers.append(match.start_ms - request.sent_ms)
+        if request.sent_ms is not None:
+            uppers.append(match.start_ms - request.sent_ms)
         if request.head_ms is not None:
             lowers.append(match.start_ms - request.head_ms)
         if request.first_event_ms is not None and match.first_byte_ms is not None:
