@@ -136,6 +136,7 @@ def test_a_pages_own_fetch_without_an_index_is_a_request_of_its_own() -> None:
     assert [r.url for r in view.requests] == ["http://127.0.0.1:8000/chat"]
     assert view.requests[0].events == 1
     offset = view.offset
-    assert offset.upper is None and offset.lower is not None
+    assert offset.upper is None
+    assert offset.lower is not None
     assert offset.lower <= -2_000
     assert "one side only (answers" in offset.said()
