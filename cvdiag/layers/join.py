@@ -36,6 +36,7 @@ from cvdiag.logs.reading import Record, key_millis, ts_key
 MAX_REQUESTS: Final = 64
 #: Console errors kept per writer (all are counted).
 MAX_CONSOLE: Final = 4
+_NONE: Final[frozenset[str]] = frozenset()
 JUNIT: Final = "junit"
 
 
@@ -57,20 +58,42 @@ def _str(value: Any, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) and value else None
 
 
+Key = tuple[str, int]
+
+
 @dataclasses.dataclass(slots=True)
 class _Backend:
-    """One backend request: when it started, its first byte, its second event, its end."""
+    """One backend request: when it started, its first byte, its second event, its end. Kept
+    as the records' merge keys (a backend's are its own ``ts``), read as milliseconds only
+    when a probe's lines ask (``_requests``): most logs have none, and the classifier reads
+    every envelope of a large log (``ls``)."""
 
-    start_ms: float
+    start: Key
     method: str | None = None
     path: str | None = None
     span: str | None = None
-    first_byte_ms: float | None = None
+    first_byte: Key | None = None
     events: int = 0
+    second_event: Key | None = None
+    end: Key | None = None
+    #: Inferred from a terminal's ``duration_ms`` (no ingress in the log): ms before ``start``.
+    lead_ms: float = 0.0
+    start_ms: float = 0.0
+    first_byte_ms: float | None = None
     second_event_ms: float | None = None
     end_ms: float | None = None
-    #: Inferred from a terminal's ``duration_ms`` (no ingress in the log).
-    inferred: bool = False
+
+    def timed(self) -> _Backend:
+        """The keys read as milliseconds since the epoch."""
+        self.start_ms = key_millis(self.start[0]) - self.lead_ms
+        self.first_byte_ms = _ms(self.first_byte)
+        self.second_event_ms = _ms(self.second_event)
+        self.end_ms = _ms(self.end)
+        return self
+
+
+def _ms(key: Key | None) -> float | None:
+    return None if key is None else key_millis(key[0])
 
 
 @dataclasses.dataclass(slots=True)
@@ -87,16 +110,18 @@ class _Writer:
 class Join:
     """One test id's layers, gathered one envelope at a time, in any order."""
 
-    __slots__ = ("_backend", "_by_span", "_ends", "_writers", "browser_own_requests")
+    __slots__ = ("_by_span", "_ends", "_writers", "browser_own_requests")
 
     def __init__(self) -> None:
-        self._backend: list[_Backend] = []
-        self._by_span: dict[str, _Backend] = {}
+        # Made when first needed: a ``Facts`` holds a join for every test id of a large log
+        # (``ls``), and each container is one more object for the garbage collector to walk.
+        #: The backend's requests by their ingress's span, in the order they came.
+        self._by_span: dict[str, _Backend] | None = None
         #: Terminals with a duration, for requests whose ingress the tier does not write.
-        self._ends: list[tuple[float, float, str | None]] = []
-        self._writers: dict[str, _Writer] = {}
+        self._ends: list[tuple[Key, float, str | None]] | None = None
+        self._writers: dict[str, _Writer] | None = None
         #: Ingress spans of the browser's own requests (an icon, robots.txt).
-        self.browser_own_requests: set[str] = set()
+        self.browser_own_requests: set[str] | frozenset[str] = _NONE
 
     @property
     def has_probe(self) -> bool:
@@ -116,40 +141,47 @@ class Join:
         meta = env["metadata"]
         if boundary == "backend.request.ingress":
             if browser_own(meta.get("path")):
+                if not isinstance(self.browser_own_requests, set):
+                    self.browser_own_requests = set()
                 if len(self.browser_own_requests) < MAX_REQUESTS:
                     self.browser_own_requests.add(env["span_id"])
                 return
-            if len(self._backend) < MAX_REQUESTS:
+            if self._by_span is None:
+                self._by_span = {}
+            if len(self._by_span) < MAX_REQUESTS:
                 request = _Backend(
-                    wall_ms(record), _str(meta.get("method"), 16), path_of(meta.get("path"))
+                    record.key, _str(meta.get("method"), 16), path_of(meta.get("path"))
                 )
                 request.span = env["span_id"]
-                self._backend.append(request)
-                self._by_span[env["span_id"]] = request
+                self._by_span.setdefault(env["span_id"], request)
             return
         parent = env.get("parent_span_id")
-        owner = self._by_span.get(parent) if isinstance(parent, str) else None
+        spans = self._by_span
+        owner = spans.get(parent) if spans is not None and isinstance(parent, str) else None
         if boundary == "backend.sse.first_byte" and owner is not None:
-            at = wall_ms(record)
-            if owner.first_byte_ms is None or at < owner.first_byte_ms:
-                owner.first_byte_ms = at
+            if owner.first_byte is None or record.key < owner.first_byte:
+                owner.first_byte = record.key
         elif boundary == "backend.sse.event" and owner is not None:
             owner.events += 1
             if owner.events == 2:
-                owner.second_event_ms = wall_ms(record)
+                owner.second_event = record.key
         elif boundary in ("backend.response.complete", "backend.sse.aborted"):
             if isinstance(parent, str) and parent in self.browser_own_requests:
                 return
-            at = wall_ms(record)
             if owner is not None:
-                owner.end_ms = at
+                owner.end = record.key
             duration = _num(env.get("duration_ms"))
+            if self._ends is None:
+                self._ends = []
             if duration is not None and len(self._ends) < MAX_REQUESTS:
-                self._ends.append((at - duration, at, parent if isinstance(parent, str) else None))
+                span = parent if isinstance(parent, str) else None
+                self._ends.append((record.key, duration, span))
 
     # -- the probe's lines -------------------------------------------------------------------
 
     def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
+        if self._writers is None:
+            self._writers = {}
         writer = self._writers.get(record.source)
         if writer is None:
             writer = self._writers[record.source] = _Writer()
@@ -189,6 +221,8 @@ class Join:
     def runner_said(self, timeout_ms: float | None, words: str) -> None:
         """A runner's failure text says the client timed out after ``timeout_ms`` (no probe
         lines): its first request is taken to have been sent as it reached the backend."""
+        if self._writers is None:
+            self._writers = {}
         if any(name != JUNIT for name in self._writers):
             return  # the probe's own lines say more
         writer = self._writers.setdefault(JUNIT, _Writer())
@@ -224,20 +258,20 @@ class Join:
         """Each probe writer's offset to the backend's clock, by its source."""
         backend = self._requests()
         found = {}
-        for name, writer in self._writers.items():
+        for name, writer in (self._writers or {}).items():
             if name != JUNIT:
                 found[name] = bound(*_pairs(_resolved(writer), backend))
         return found
 
     def _requests(self) -> list[_Backend]:
-        if self._backend:
-            return sorted(self._backend, key=lambda b: b.start_ms)
+        if self._by_span:
+            return sorted((b.timed() for b in self._by_span.values()), key=lambda b: b.start_ms)
         # No ingress (the default tier): each terminal less its duration is when its request
         # began, to the millisecond the duration is written in.
         return sorted(
             (
-                _Backend(start, span=span, end_ms=end, inferred=True)
-                for start, end, span in self._ends
+                _Backend(end, span=span, end=end, lead_ms=duration).timed()
+                for end, duration, span in self._ends or ()
             ),
             key=lambda b: b.start_ms,
         )
