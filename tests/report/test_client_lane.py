@@ -62,3 +62,16 @@ def test_no_probe_no_client_lane(tmp_path: Path) -> None:
     write(tmp_path / "backend.log", story)
     waterfall = build(gather([str(tmp_path / "backend.log")]).stories[0])
     assert not [lane for lane in waterfall.lanes if lane.kind == "client"]
+
+
+def test_the_section_says_which_layers_its_class_rests_on(tmp_path: Path) -> None:
+    from cvdiag.report import render
+
+    story, probe = slow_llm()
+    assert probe is not None
+    write(tmp_path / "backend.log", story)
+    write(tmp_path / "probe.log", probe)
+    page = "".join(render(gather([str(tmp_path / "backend.log"), str(tmp_path / "probe.log")])))
+    assert '<p class="layers">layers read: backend + probe: aligned from 1 pair' in page
+    alone = "".join(render(gather([str(tmp_path / "backend.log")])))
+    assert '<p class="layers">layers read: backend</p>' in alone
