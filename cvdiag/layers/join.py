@@ -20,8 +20,6 @@ from typing import Any, Final
 
 from cvdiag.layers.client import (
     CLIENT_TIMEOUT,
-    COMPLETE,
-    ENDS,
     LEFT_EARLY,
     NETWORK_ERROR,
     ClientView,
@@ -29,11 +27,21 @@ from cvdiag.layers.client import (
     Request,
 )
 from cvdiag.layers.offset import Offset, bound
+from cvdiag.layers.pairing import (
+    MAX_REQUESTS,
+    Backend,
+    Key,
+    Loose,
+    as_int,
+    as_num,
+    as_str,
+    pairs,
+    request_line,
+    resolved,
+)
 from cvdiag.layers.split import browser_own, layer_of, path_of
 from cvdiag.logs.reading import Record, key_millis, ts_key
 
-#: Requests kept per test id and writer: a test sends a handful.
-MAX_REQUESTS: Final = 64
 #: Console errors kept per writer (all are counted).
 MAX_CONSOLE: Final = 4
 _NONE: Final[frozenset[str]] = frozenset()
@@ -46,65 +54,19 @@ def wall_ms(record: Record) -> float:
     return key_millis(key if key is not None else record.key[0])
 
 
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _str(value: Any, limit: int = 200) -> str | None:
-    return value[:limit] if isinstance(value, str) and value else None
-
-
-Key = tuple[str, int]
-
-
-@dataclasses.dataclass(slots=True)
-class _Backend:
-    """One backend request: when it started, its first byte, its second event, its end. Kept
-    as the records' merge keys (a backend's are its own ``ts``), read as milliseconds only
-    when a probe's lines ask (``_requests``): most logs have none, and the classifier reads
-    every envelope of a large log (``ls``)."""
-
-    start: Key
-    method: str | None = None
-    path: str | None = None
-    span: str | None = None
-    first_byte: Key | None = None
-    events: int = 0
-    second_event: Key | None = None
-    end: Key | None = None
-    #: Inferred from a terminal's ``duration_ms`` (no ingress in the log): ms before ``start``.
-    lead_ms: float = 0.0
-    start_ms: float = 0.0
-    first_byte_ms: float | None = None
-    second_event_ms: float | None = None
-    end_ms: float | None = None
-
-    def timed(self) -> _Backend:
-        """The keys read as milliseconds since the epoch."""
-        self.start_ms = key_millis(self.start[0]) - self.lead_ms
-        self.first_byte_ms = _ms(self.first_byte)
-        self.second_event_ms = _ms(self.second_event)
-        self.end_ms = _ms(self.end)
-        return self
-
-
-def _ms(key: Key | None) -> float | None:
-    return None if key is None else key_millis(key[0])
-
-
 @dataclasses.dataclass(slots=True)
 class _Writer:
     """One writer's probe lines: the raw pieces, read on its own clock."""
 
     requests: dict[int, Request] = dataclasses.field(default_factory=dict)
     #: Lines that name no request (a v1-only writer): resolved by time at the end.
-    loose: list[tuple[float, str, dict[str, Any], str]] = dataclasses.field(default_factory=list)
+    loose: list[Loose] = dataclasses.field(default_factory=list)
     count: int = 0
     view: ClientView = dataclasses.field(default_factory=lambda: ClientView("probe", Offset()))
+
+    def resolved(self) -> list[Request]:
+        """Its requests, each line given to its request, each with an end."""
+        return resolved(self.requests, self.loose, exited=self.view.exit_outcome is not None)
 
 
 class Join:
@@ -116,7 +78,7 @@ class Join:
         # Made when first needed: a ``Facts`` holds a join for every test id of a large log
         # (``ls``), and each container is one more object for the garbage collector to walk.
         #: The backend's requests by their ingress's span, in the order they came.
-        self._by_span: dict[str, _Backend] | None = None
+        self._by_span: dict[str, Backend] | None = None
         #: Terminals with a duration, for requests whose ingress the tier does not write.
         self._ends: list[tuple[Key, float, str | None]] | None = None
         self._writers: dict[str, _Writer] | None = None
@@ -149,8 +111,8 @@ class Join:
             if self._by_span is None:
                 self._by_span = {}
             if len(self._by_span) < MAX_REQUESTS:
-                request = _Backend(
-                    record.key, _str(meta.get("method"), 16), path_of(meta.get("path"))
+                request = Backend(
+                    record.key, as_str(meta.get("method"), 16), path_of(meta.get("path"))
                 )
                 request.span = env["span_id"]
                 self._by_span.setdefault(env["span_id"], request)
@@ -170,7 +132,7 @@ class Join:
                 return
             if owner is not None:
                 owner.end = record.key
-            duration = _num(env.get("duration_ms"))
+            duration = as_num(env.get("duration_ms"))
             if self._ends is None:
                 self._ends = []
             if duration is not None and len(self._ends) < MAX_REQUESTS:
@@ -190,12 +152,12 @@ class Join:
         view = writer.view
         if boundary == "probe.start":
             view.start_ms = at if view.start_ms is None else min(view.start_ms, at)
-            view.runner = view.runner or _str(meta.get("runner"), 40)
-            view.test = view.test or _str(meta.get("test"))
+            view.runner = view.runner or as_str(meta.get("runner"), 40)
+            view.test = view.test or as_str(meta.get("test"))
         elif boundary == "probe.exit":
             view.exit_ms = at
-            view.exit_outcome = _str(meta.get("terminal_outcome"), 20) or "ok"
-            view.test_outcome = _str(meta.get("test_outcome"), 20)
+            view.exit_outcome = as_str(meta.get("terminal_outcome"), 20) or "ok"
+            view.test_outcome = as_str(meta.get("test_outcome"), 20)
         elif boundary == "probe.dom.firsttoken":
             if view.first_token_ms is None or at < view.first_token_ms:
                 view.first_token_ms = at
@@ -206,17 +168,17 @@ class Join:
         elif boundary == "probe.console.error":
             view.console_error_count += 1
             if len(view.console_errors) < MAX_CONSOLE:
-                message = _str(meta.get("message_scrubbed"), 512) or ""
+                message = as_str(meta.get("message_scrubbed"), 512) or ""
                 view.console_errors.append(ConsoleError(at, message))
         elif boundary in _PER_REQUEST:
             if boundary != "probe.message.send" and browser_own(meta.get("url")):
                 return  # the browser's own request: not the test's
-            index = _int(meta.get("message_index"))
+            index = as_int(meta.get("message_index"))
             if index is None:
                 if len(writer.loose) < MAX_REQUESTS:
                     writer.loose.append((at, boundary, meta, record.envelope["outcome"]))
                 return
-            _request_line(writer.requests, index, at, boundary, meta)
+            request_line(writer.requests, index, at, boundary, meta)
 
     def runner_said(self, timeout_ms: float | None, words: str) -> None:
         """A runner's failure text says the client timed out after ``timeout_ms`` (no probe
@@ -240,8 +202,10 @@ class Join:
         backend = self._requests()
         if name == JUNIT:
             return self._from_runner(writer, backend)
-        requests = _resolved(writer)
-        uppers, lowers = _pairs(requests, backend)
+        requests = resolved(
+            writer.requests, writer.loose, exited=writer.view.exit_outcome is not None
+        )
+        uppers, lowers = pairs(requests, backend)
         offset = bound(uppers, lowers)
         theta = offset.theta_ms
         shifted = dataclasses.replace(
@@ -260,23 +224,32 @@ class Join:
         found = {}
         for name, writer in (self._writers or {}).items():
             if name != JUNIT:
-                found[name] = bound(*_pairs(_resolved(writer), backend))
+                found[name] = bound(
+                    *pairs(
+                        resolved(
+                            writer.requests,
+                            writer.loose,
+                            exited=writer.view.exit_outcome is not None,
+                        ),
+                        backend,
+                    )
+                )
         return found
 
-    def _requests(self) -> list[_Backend]:
+    def _requests(self) -> list[Backend]:
         if self._by_span:
             return sorted((b.timed() for b in self._by_span.values()), key=lambda b: b.start_ms)
         # No ingress (the default tier): each terminal less its duration is when its request
         # began, to the millisecond the duration is written in.
         return sorted(
             (
-                _Backend(end, span=span, end=end, lead_ms=duration).timed()
+                Backend(end, span=span, end=end, lead_ms=duration).timed()
                 for end, duration, span in self._ends or ()
             ),
             key=lambda b: b.start_ms,
         )
 
-    def _from_runner(self, writer: _Writer, backend: list[_Backend]) -> ClientView:
+    def _from_runner(self, writer: _Writer, backend: list[Backend]) -> ClientView:
         view = writer.view
         request = writer.requests[0]
         first = backend[0] if backend else None
@@ -300,117 +273,6 @@ _PER_REQUEST: Final = frozenset(
         "probe.sse.aborted",
     }
 )
-
-
-def _request_line(
-    requests: dict[int, Request], index: int, at: float, boundary: str, meta: dict[str, Any]
-) -> None:
-    request = requests.get(index)
-    if request is None:
-        if len(requests) >= MAX_REQUESTS:
-            return
-        request = requests[index] = Request(index)
-    if boundary == "probe.message.send":
-        request.sent_ms = at
-        request.method = _str(meta.get("method"), 16)
-        request.url = _str(meta.get("url"))
-        request.timeout_ms = _num(meta.get("timeout_ms")) or request.timeout_ms
-    elif boundary == "probe.network.response":
-        request.head_ms = at if request.head_ms is None else min(request.head_ms, at)
-        request.status = _num(meta.get("status"))
-    elif boundary == "probe.sse.event":
-        request.events += 1
-        if request.first_event_ms is None or at < request.first_event_ms:
-            request.first_event_ms = at
-    else:  # probe.sse.aborted, probe.network.error: the client's side ended it
-        if request.end is None or request.end_ms is None or at < request.end_ms:
-            request.end, request.end_ms = _end(boundary, meta), at
-        request.timeout_ms = _num(meta.get("timeout_ms")) or request.timeout_ms
-        request.error_class = _str(meta.get("error_class"), 80) or request.error_class
-
-
-def _end(boundary: str, meta: dict[str, Any]) -> str:
-    cause = meta.get("cause")
-    if cause in ENDS and cause != COMPLETE:
-        return str(cause)
-    if boundary == "probe.sse.aborted":
-        return CLIENT_TIMEOUT if meta.get("termination_kind") == "timeout" else NETWORK_ERROR
-    error = meta.get("error_class")
-    return (
-        CLIENT_TIMEOUT if isinstance(error, str) and "timeout" in error.lower() else NETWORK_ERROR
-    )
-
-
-def _resolved(writer: _Writer) -> list[Request]:
-    """The writer's requests in order, and each with an end: its own, else ``complete`` when
-    its head came and the probe exited (nothing cut it). A line without an index (a page's own
-    fetch, as a browser's probe sees it) belongs to the request seen last before it, unless it
-    names another path: then it is a request of its own (seen from its head, not its send)."""
-    requests = [dataclasses.replace(r) for _, r in sorted(writer.requests.items())]
-    next_index = max((r.index for r in requests), default=-1) + 1
-    for at, boundary, meta, _ in sorted(writer.loose, key=lambda item: item[0]):
-        path = path_of(meta.get("url"))
-        seen = [(t, r.index, r) for r in requests if (t := _seen_at(r)) is not None and t <= at]
-        target = max(seen, key=lambda item: item[:2])[2] if seen else None
-        if boundary == "probe.message.send" or (
-            path is not None and (target is None or path_of(target.url) not in (None, path))
-        ):
-            if len(requests) >= MAX_REQUESTS:
-                continue
-            target = Request(next_index, url=_str(meta.get("url")))
-            next_index += 1
-            requests.append(target)
-        elif target is None:
-            if not requests:
-                requests.append(Request(next_index))
-                next_index += 1
-            target = requests[0]
-        _request_line({target.index: target}, target.index, at, boundary, meta)
-    exited = writer.view.exit_outcome is not None
-    for request in requests:
-        if request.end is None and request.head_ms is not None and exited:
-            request.end = COMPLETE
-    return requests
-
-
-def _seen_at(request: Request) -> float | None:
-    return request.sent_ms if request.sent_ms is not None else request.head_ms
-
-
-def _pairs(requests: list[Request], backend: list[_Backend]) -> tuple[list[float], list[float]]:
-    """Each sent request paired with the backend's request of the same method and path, in
-    order (any, when either side does not name them); the bounds each pair gives."""
-    uppers: list[float] = []
-    lowers: list[float] = []
-    free = list(backend)
-    for request in requests:
-        if request.sent_ms is None and request.head_ms is None:
-            continue
-        match = next((b for b in free if _same(request, b)), None)
-        if match is None:
-            continue
-        free.remove(match)
-        request.ingress_ms = match.start_ms
-        request.backend_first_byte_ms = match.first_byte_ms
-        request.backend_second_event_ms = match.second_event_ms
-        request.backend_end_ms = match.end_ms
-        request.backend_events = match.events
-        if request.sent_ms is not None:
-            uppers.append(match.start_ms - request.sent_ms)
-        if request.head_ms is not None:
-            lowers.append(match.start_ms - request.head_ms)
-        if request.first_event_ms is not None and match.first_byte_ms is not None:
-            lowers.append(match.first_byte_ms - request.first_event_ms)
-        elif request.first_event_ms is not None:
-            lowers.append(match.start_ms - request.first_event_ms)
-    return uppers, lowers
-
-
-def _same(request: Request, backend: _Backend) -> bool:
-    if request.method and backend.method and request.method.upper() != backend.method.upper():
-        return False
-    path = path_of(request.url)
-    return not (path and backend.path and path != backend.path)
 
 
 def _shift(view: ClientView, theta: float) -> None:
