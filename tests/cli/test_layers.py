@@ -91,7 +91,9 @@ def test_ls_lists_each_test_id_once_with_its_class(logs: dict[str, Path]) -> Non
     for files in _layouts(logs):
         result = cvdiag("ls", *files, "--json")
         assert result.returncode in (0, 1), result.stderr
-        rows = {row["test_id"]: row["flap_class"] for row in json.loads(result.stdout)}
+        listed = json.loads(result.stdout)
+        assert {row["slug"] for row in listed} == {"chat"}  # the backend's, not the probe's
+        rows = {row["test_id"]: row["flap_class"] for row in listed}
         assert rows == {
             "t-slow-llm": "slow-first-token",
             "t-held": "edge-interference",
