@@ -203,25 +203,39 @@ def held(ctx: Context) -> Finding:
 
 def left_early(ctx: Context) -> Finding:
     """A passing test that closed its stream on purpose after what it needed: no failure."""
-    found, view = Finding(), ctx.client
-    if view is None or not view.passed or not view.ended(LEFT_EARLY):
+    found, view, f = Finding(), ctx.client, ctx.facts
+    if view is None or view.source == JUNIT or not view.passed:
         return found
     if view.ended(CLIENT_TIMEOUT) or view.ended(NETWORK_ERROR):
         return found
-    f = ctx.facts
     if f.errors or f.failed_count or f.error_status is not None:
         return found
     if any(not a.termination.by_client for a in f.aborts):
         return found
-    request = view.ended(LEFT_EARLY)[0]
+    backend = f"; the backend saw it leave ({f.aborts[0].ref.summary})" if f.aborts else ""
+    early = view.ended(LEFT_EARLY)
+    if not early:
+        # No cause written (a page closed once its assertion held cuts its fetch unseen): the
+        # backend's abort is still no failure of a test that passed, unless a call was waiting.
+        end = f.aborts[0].ref if f.aborts else None
+        if end is None or any(ctx.state(c, end) == "waiting" for c in f.calls.values()):
+            return found
+        found.add(
+            f"the test passed, and its client left the stream before its end{backend}: a test"
+            f" that closes its page or stream once it has what it needs, not a failure"
+            f" ({_source(view)})",
+            [end],
+            **_facts(view, left_early=0, test_outcome="passed"),
+        )
+        return found
+    request = early[0]
     at = ctx.at_ms(request.end_ms) if request.end_ms is not None else None
     when = f" at +{at:.0f} ms" if at is not None else ""
-    backend = f"; the backend saw it leave ({f.aborts[0].ref.summary})" if f.aborts else ""
     found.add(
         f"the test passed and closed its stream on purpose after what it needed"
         f" ({_what(request)} left early{when}){backend}: not a failure ({_source(view)})",
         [a.ref for a in f.aborts[:1]],
-        **_facts(view, left_early=len(view.ended(LEFT_EARLY)), test_outcome="passed"),
+        **_facts(view, left_early=len(early), test_outcome="passed"),
     )
     return found
 

@@ -167,3 +167,28 @@ def test_the_probes_lines_outrank_the_runners_words() -> None:
     verdict = classify.classify(facts)
     assert verdict.layers == ["backend", "probe"]
     assert "+2000 ms (its own 2 s timeout)" in verdict.reason
+
+
+def test_a_passing_test_whose_page_closed_unseen_is_no_failure() -> None:
+    """A browser test that closed its page once its assertion held: the probe wrote no cause
+    for the cut fetch, the test passed; the backend's abort is not a failure of the test id.
+    With a failed test, the same backend story stays client-abort."""
+    story, _ = left_early(probe_lines=False)
+    for passed, wanted in ((True, "healthy"), (False, "client-abort")):
+        probe = Probe("t-left", skew_ms=SKEW, runner="playwright")
+        probe.start(-5, url="http://127.0.0.1:3000/")
+        index = probe.send(-1)
+        probe.head(3, index, sent=-1)
+        probe.event(24, index)
+        probe.exit(35, passed=passed, events=1)
+        verdict = _verdict(story, probe)
+        assert verdict.flap_class == wanted, verdict.reason
+    assert "its client left the stream before its end" in _verdict(story, _passing(story)).reason
+
+
+def _passing(story: Story) -> Probe:
+    probe = Probe(story.test_id, skew_ms=SKEW)
+    index = probe.send(-1)
+    probe.head(3, index, sent=-1)
+    probe.exit(35, passed=True)
+    return probe
