@@ -101,9 +101,9 @@ def gave_up_answered_later(ctx: Context) -> Finding:
         else (answered - began if began is not None else None)
     )
     found.add(
-        f"the client gave up on {_what(request)} at +{left:.0f} ms ({_waited(request)}) while"
+        f"the client gave up on {_what(request)} at {_when(left)} ({_waited(request)}) while"
         f" LLM call {call.label}{_began(began)} was outstanding; the call answered at"
-        f" +{answered:.0f} ms, {ms(took)} after it began: the backend was alive, the client's"
+        f" {_when(answered)}, {ms(took)} after it began: the backend was alive, the client's"
         f" timeout was shorter than the call ({_source(view)})",
         call.refs(),
         **_facts(
@@ -132,11 +132,11 @@ def gave_up_unanswered(ctx: Context) -> Finding:
     fate = (
         "was never answered"
         if call.response is None
-        else f"was cut ({call.error_class or call.outcome}) at +{ctx.offset(call.response):.0f} ms"
+        else f"was cut ({call.error_class or call.outcome}) at {_when(ctx.offset(call.response))}"
         " without an answer"
     )
     found.add(
-        f"the client gave up on {_what(request)} at +{left:.0f} ms ({_waited(request)}) while"
+        f"the client gave up on {_what(request)} at {_when(left)} ({_waited(request)}) while"
         f" LLM call {call.label}{_began(began)} was outstanding, and the call {fate}: both"
         f" sides agree the backend was waiting on its model ({_source(view)})",
         call.refs(),
@@ -150,6 +150,11 @@ def gave_up_unanswered(ctx: Context) -> Finding:
     return found
 
 
+def _when(at: float) -> str:
+    """An offset as the reasons write it: ``+2000 ms``, ``-8 ms`` (before the first request)."""
+    return f"+{at:.0f} ms" if at >= 0 else f"{at:.0f} ms"
+
+
 def _what(request: Request) -> str:
     method = f"{request.method} " if request.method else ""
     url = text(request.url, 60) if request.url else f"request #{request.index}"
@@ -157,7 +162,7 @@ def _what(request: Request) -> str:
 
 
 def _began(began: float | None) -> str:
-    return f" (begun at +{began:.0f} ms)" if began is not None else ""
+    return f" (begun at {_when(began)})" if began is not None else ""
 
 
 def held(ctx: Context) -> Finding:
@@ -176,17 +181,17 @@ def held(ctx: Context) -> Finding:
             continue
         sent_at, seen_at = ctx.at_ms(sent), ctx.at_ms(first)
         then = (
-            f"and completed at +{ctx.at_ms(done):.0f} ms"
+            f"and completed at {_when(ctx.at_ms(done))}"
             if done is not None and done <= first
-            else f"its second event at +{ctx.at_ms(more):.0f} ms"
+            else f"its second event at {_when(ctx.at_ms(more))}"
             if more is not None
             else ""
         )
         via = ctx.facts.proxies[0][0] if ctx.facts.proxies else None
         where = f" (via: {text(via, 60)})" if via else ""
         found.add(
-            f"the backend sent its first byte at +{sent_at:.0f} ms {then}, but the client's first"
-            f" event came at +{seen_at:.0f} ms, {ms(first - sent)} later: the stream was held"
+            f"the backend sent its first byte at {_when(sent_at)} {then}, but the client's first"
+            f" event came at {_when(seen_at)}, {ms(first - sent)} later: the stream was held"
             f" between the backend and the client{where}, as a buffering proxy does"
             f" ({_source(view)})",
             [],
@@ -230,7 +235,7 @@ def left_early(ctx: Context) -> Finding:
         return found
     request = early[0]
     at = ctx.at_ms(request.end_ms) if request.end_ms is not None else None
-    when = f" at +{at:.0f} ms" if at is not None else ""
+    when = f" at {_when(at)}" if at is not None else ""
     found.add(
         f"the test passed and closed its stream on purpose after what it needed"
         f" ({_what(request)} left early{when}){backend}: not a failure ({_source(view)})",
@@ -256,9 +261,9 @@ def runner_crash(ctx: Context) -> Finding:
         if f.aborts
         else "; the backend's side " + ("completed" if f.last_completion else "has no end")
     )
-    sent = f" sent at +{ctx.at_ms(request.sent_ms):.0f} ms" if request.sent_ms else ""
+    sent = f" sent at {_when(ctx.at_ms(request.sent_ms))}" if request.sent_ms is not None else ""
     found.add(
-        f"the probe started at +{ctx.at_ms(view.start_ms or 0):.0f} ms and never wrote its exit:"
+        f"the probe started at {_when(ctx.at_ms(view.start_ms or 0))} and never wrote its exit:"
         f" the test runner died; {_what(request)}{sent} has no end the client saw{backend}"
         f" ({_source(view)})",
         [a.ref for a in f.aborts[:1]],
@@ -289,7 +294,7 @@ def hydration(ctx: Context) -> Finding:
     error = view.console_errors[0]
     found.add(
         f"{backend}, yet no first token appeared in the page, and it logged a console error at"
-        f" +{ctx.at_ms(error.at_ms):.0f} ms: {text(error.message, 160)}"
+        f" {_when(ctx.at_ms(error.at_ms))}: {text(error.message, 160)}"
         f" ({view.console_error_count} in all; {_source(view)})",
         [],
         **_facts(view, console_errors=view.console_error_count),

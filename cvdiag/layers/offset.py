@@ -64,7 +64,7 @@ class Offset:
         half = self.half_width_ms
         if half is None:
             side = "sends" if self.upper is not None else "answers"
-            return f"aligned from {many}, bounded on one side only ({side}, taken as instant)"
+            return f"aligned from {many}, bounded on one side only, the {side} taken as instant"
         widened = (
             f"; the pairs disagreed by {self.widened_ms:.0f} ms (a stamp taken after its send),"
             " widened to hold them"

@@ -139,4 +139,4 @@ def test_a_pages_own_fetch_without_an_index_is_a_request_of_its_own() -> None:
     assert offset.upper is None
     assert offset.lower is not None
     assert offset.lower <= -2_000
-    assert "one side only (answers" in offset.said()
+    assert "one side only, the answers taken as instant" in offset.said()
