@@ -48,6 +48,7 @@ from cvdiag.diagnosis.edge import silence_ms
 from cvdiag.diagnosis.facts import KEEP, Facts, gather
 from cvdiag.diagnosis.rules import Context, Finding
 from cvdiag.diagnosis.vocabulary import CUT, FOUND_GONE, error_kind
+from cvdiag.layers.runner import said
 from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import Tier
 
@@ -240,6 +241,9 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
     if layers == ["backend"] and name == "client-abort":
         gone = found.facts.get("termination_cause") in FOUND_GONE
         reason += f"; {CLIENT_ABORT_SETTLED[gone]}"
+    elif name == "client-abort" and ctx.client is not None and ctx.client.source == "junit":
+        asked = ctx.client.requests[:1]  # the runner's words: what they say, how precisely
+        reason += f"; {said(asked[0].timeout_ms if asked else None, ctx.client.words or '')}"
     return Verdict(
         facts.test_id,
         name,

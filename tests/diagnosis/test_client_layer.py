@@ -192,3 +192,17 @@ def _passing(story: Story) -> Probe:
     probe.head(3, index, sent=-1)
     probe.exit(35, passed=True)
     return probe
+
+
+def test_the_runners_words_without_a_timeout_are_said_as_they_are() -> None:
+    """httpx's bare ``ReadTimeout: timed out`` says the client timed out, not after how long:
+    the class stays the backend's, and its reason quotes the runner."""
+    story, _ = slow_llm()
+    facts = classify.gather(story.test_id, by_time(records_of(("backend.log", story))))
+    facts.join.runner_said(None, "ReadTimeout")
+    verdict = classify.classify(facts)
+    assert verdict.flap_class == "client-abort"
+    assert verdict.layers == ["backend", "junit"]
+    assert 'the runner\'s JUnit says the client timed out ("ReadTimeout"), not after how long' in (
+        verdict.reason
+    )
