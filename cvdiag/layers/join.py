@@ -4,9 +4,9 @@ envelope at a time in any order, then read as the client's view on the backend's
 ``Join.add`` keeps little: per probe writer (a probe file, or a writer in the backend's own log)
 its requests' sends, heads, first events and ends, its start and exit; of the backend, each
 request's start (ingress, or at the default tier a terminal less its ``duration_ms``), first
-byte, second event and end. Times are read from each envelope's own ``ts`` (never the record's
-merge key, which ``align`` may have shifted already), so a log read twice, or read aligned and
-not, joins the same.
+byte, second event and end. A probe's times are read from each envelope's own ``ts`` (never
+its merge key, which ``align`` may have shifted already), the backend's from its merge key
+(which ``align`` never moves), so a log read twice, or read aligned and not, joins the same.
 
 Requests are paired in order: a probe's sends with the backend's ingresses of the same method
 and path, in the order of each (the browser's own requests, an icon, left out). The pairs
