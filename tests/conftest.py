@@ -58,6 +58,7 @@ SLOW = (
     "tests/cli/test_big_logs.py",
     "tests/cli/test_causes_real.py",
     "tests/cli/test_commands.py",
+    "tests/cli/test_layers.py",
     "tests/cli/test_demo.py",
     "tests/cli/test_first_hour.py",
     "tests/cli/test_gone_real.py",

@@ -4,9 +4,9 @@ Every failure is one line on stderr (``cvdiag: error: ...``) and a documented ex
 traceback: 0 ok, 1 nothing found or invalid envelopes, 2 bad arguments or unreadable input,
 3 an internal error, 130 interrupted.
 
-May import: cvdiag.compare, cvdiag.core, cvdiag.diagnosis, cvdiag.logs, cvdiag.report,
-cvdiag.runs, cvdiag.schema; the demo (``demo.py``) also cvdiag.asgi, cvdiag.pipeline,
-cvdiag.scopes and cvdiag.sinks.
+May import: cvdiag.compare, cvdiag.core, cvdiag.diagnosis, cvdiag.layers, cvdiag.logs,
+cvdiag.report, cvdiag.runs, cvdiag.schema, cvdiag.stats; the demo (``demo.py``) also
+cvdiag.asgi, cvdiag.pipeline, cvdiag.scopes and cvdiag.sinks.
 """
 
 from __future__ import annotations

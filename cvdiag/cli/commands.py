@@ -28,7 +28,7 @@ from cvdiag.logs.reading import (
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
 if TYPE_CHECKING:
     from cvdiag.diagnosis import classify as classifying
-    from cvdiag.diagnosis.stats import Part
+    from cvdiag.stats.figures import Part
 
 # The classifier, the statistics, the timeline and the validator are imported by the commands
 # that use them (``cvdiag grep`` on a page-cached log is over in a fraction of a second).
@@ -89,8 +89,11 @@ def grep(args: argparse.Namespace) -> int:
 
 
 def _test_records(args: argparse.Namespace, malformed: Malformations) -> list[Record]:
+    from cvdiag.layers.align import aligned
+
     with opened(args) as inputs:
-        found = list(merged(inputs, malformed, test_id=args.test_id))
+        # Probe lines read on the backend's clock, whatever file they came from.
+        found = aligned(merged(inputs, malformed, test_id=args.test_id))
     args.progress.done()
     malformed.finish()
     if not found:
@@ -177,6 +180,11 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
     ]
     if verdict.caveat:
         lines.append(f"caveat    {verdict.caveat}")
+    if verdict.layers:
+        joined = f": {verdict.joined}" if verdict.joined else ""
+        lines.append(f"layers    {' + '.join(verdict.layers)}{joined}")
+    if verdict.deciding:
+        lines.append(f"decided   {', '.join(verdict.deciding)}")
     if envelopes:
         width = max(len(e["boundary"]) for e in envelopes)
         lines.append("evidence")
@@ -201,8 +209,8 @@ def render_verdict(verdict: classifying.Verdict) -> list[str]:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from cvdiag.diagnosis import stats as statistics
     from cvdiag.logs import ranges
+    from cvdiag.stats import figures as statistics
 
     malformed = Malformations("stats")
     with opened(args, numbered=False) as inputs:
@@ -265,8 +273,8 @@ class _Kept:
 def _stats_range(name: str, start: int, end: int) -> tuple[Part, _Kept]:
     """A worker's job: the figures of ``name``'s bytes ``[start, end)``, positions in bytes
     from ``start``."""
-    from cvdiag.diagnosis import stats as statistics
     from cvdiag.logs import ranges
+    from cvdiag.stats import figures as statistics
 
     source, _ = ranges.open_range(name, start, end)
     source.numbered = False

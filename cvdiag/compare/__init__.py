@@ -3,5 +3,5 @@ what else differs (``diff``), and over many runs, per test, the failures by clas
 that separate them from the passes (``flakes``). Pure functions over stories read by the
 command; beside ``runs``, whose tests and attempts name what ``flakes`` counts.
 
-May import: cvdiag.diagnosis, cvdiag.logs, cvdiag.runs, cvdiag.schema.
+May import: cvdiag.diagnosis, cvdiag.layers, cvdiag.logs, cvdiag.runs, cvdiag.schema.
 """

@@ -4,5 +4,5 @@ evidence, a test id's timeline, one line per envelope, and the figures of ``cvdi
 ``cvdiag ls``. Pure functions over envelopes that ``cvdiag.logs`` read; the ``cvdiag`` command
 and the report page are shells around them.
 
-May import: cvdiag.logs, cvdiag.schema.
+May import: cvdiag.layers, cvdiag.logs, cvdiag.schema.
 """

@@ -21,8 +21,9 @@ def went_on(outlived: list[Call]) -> str:
     )
 
 
-def calls_then(ctx: Context, end: Ref) -> str:
-    """What the LLM calls had done when the client left, as the envelopes show it."""
+def calls_then(ctx: Context, end: Ref, *, by_then: bool = False) -> str:
+    """What the LLM calls had done when the client left, as the envelopes show it; ``by_then``:
+    only by ``end``, when the client was found gone, not when it left (unknown)."""
     calls = [c for c in ctx.facts.calls.values() if ctx.state(c, end) != "later"]
     if not calls:
         return ""
@@ -42,7 +43,10 @@ def calls_then(ctx: Context, end: Ref) -> str:
         start = ctx.started(call)
         waited = ctx.offset(end) - ctx.offset(start) if start is not None else 0.0
         parts.append(f"LLM call {call.label} had begun only {ms(waited)} before, unanswered")
-    return "; " + " and ".join(parts) if parts else ""
+    if not parts:
+        return ""
+    said = " and ".join(parts)
+    return f"; by then (not necessarily when it left) {said}" if by_then else f"; {said}"
 
 
 def count(calls: list[Call]) -> str:

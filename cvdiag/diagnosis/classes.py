@@ -18,9 +18,12 @@ CLASSES: Final = (
     "stalled-backend",
     "slow-first-token",
     "provider-empty",
+    "probe-runner-crash",
     "client-abort",
     "incomplete",
     "protocol-incomplete",
+    "frontend-hydration",
+    "strict-harness",
     "healthy",
     "unclassified",
 )

@@ -40,14 +40,14 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from cvdiag.diagnosis import edge, mock, protocol_rule, rules, waiting
+from cvdiag.diagnosis import client, edge, mock, protocol_rule, rules, waiting
 from cvdiag.diagnosis.calls import Ref
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 from cvdiag.diagnosis.describe import number, text
 from cvdiag.diagnosis.edge import silence_ms
 from cvdiag.diagnosis.facts import KEEP, Facts, gather
 from cvdiag.diagnosis.rules import Context, Finding
-from cvdiag.diagnosis.vocabulary import CUT, error_kind
+from cvdiag.diagnosis.vocabulary import CUT, FOUND_GONE, error_kind
 from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import Tier
 
@@ -62,9 +62,12 @@ NEEDS: Final[dict[str, Tier]] = {
     "stalled-backend": Tier.VERBOSE,
     "slow-first-token": Tier.VERBOSE,
     "provider-empty": Tier.VERBOSE,
+    "probe-runner-crash": Tier.DEFAULT,  # the probe's lines: its start, no exit
     "client-abort": Tier.DEFAULT,
     "incomplete": Tier.DEFAULT,
     "protocol-incomplete": Tier.DEFAULT,  # the terminal names the stream's last event
+    "frontend-hydration": Tier.DEFAULT,  # the backend's completion; the page's lines
+    "strict-harness": Tier.DEFAULT,
     "healthy": Tier.DEFAULT,
     "unclassified": Tier.DEFAULT,
 }
@@ -74,13 +77,23 @@ _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
     ("edge-interference", edge.edge),
+    ("edge-interference", client.held),
     ("backend-error", rules.backend_error),
+    # What the client saw settles what the backend alone cannot: a test that left on purpose,
+    # and when the client gave up on a call still outstanding.
+    ("healthy", client.left_early),
+    ("stalled-backend", client.gave_up_unanswered),
+    ("slow-first-token", client.gave_up_answered_later),
     ("stalled-backend", waiting.stalled),
     ("slow-first-token", waiting.slow),
     ("provider-empty", waiting.provider_empty),
+    ("probe-runner-crash", client.runner_crash),
     ("client-abort", waiting.client_abort),
     ("protocol-incomplete", protocol_rule.protocol_incomplete),
+    ("frontend-hydration", client.hydration),
+    ("strict-harness", client.strict),
     ("healthy", waiting.healthy),
+    ("healthy", client.browser_only),
 )
 
 
@@ -95,6 +108,11 @@ class Verdict:
     #: Classes checked before this one that the log's tier cannot show, and what that means.
     unchecked: list[str] = dataclasses.field(default_factory=list)
     caveat: str | None = None
+    #: The layers read (``backend``, ``probe``, ``junit``: a runner's words), how they were
+    #: joined, and the evidence facts the deciding rule named.
+    layers: list[str] = dataclasses.field(default_factory=list)
+    joined: str | None = None
+    deciding: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +122,9 @@ class Verdict:
             "log_tier": self.log_tier,
             "unchecked": self.unchecked,
             "caveat": self.caveat,
+            "layers": self.layers,
+            "joined": self.joined,
+            "deciding": self.deciding,
             "evidence": self.evidence,
         }
 
@@ -214,6 +235,11 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         silence = silence_ms(ctx, facts.aborts[0])
         if silence is not None:
             found.facts["silence_ms"] = round(silence, 1)
+    deciding = [key for key in found.facts if key not in _CONTEXT_FACTS]
+    layers, joined = _layers(ctx)
+    if layers == ["backend"] and name == "client-abort":
+        gone = found.facts.get("termination_cause") in FOUND_GONE
+        reason += f"; {CLIENT_ABORT_SETTLED[gone]}"
     return Verdict(
         facts.test_id,
         name,
@@ -222,7 +248,36 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         facts.tier.label,
         unchecked,
         _caveat(ctx, name, unchecked),
+        layers,
+        joined,
+        deciding,
     )
+
+
+#: Evidence every verdict may carry, not what decided it.
+_CONTEXT_FACTS: Final = frozenset({"dropped_envelopes", "silence_ms", "client", "alignment"})
+#: What a probe's lines would settle of a backend-only ``client-abort``, said in its reason:
+#: why the client left (its own timeout, on purpose, the network) and, when it was only found
+#: gone, when.
+CLIENT_ABORT_SETTLED: Final = {
+    False: "the probe's lines (or the runner's JUnit) would say why it left",
+    True: (
+        "a backend cannot know when its client gave up until it writes: the probe's lines"
+        " (or the runner's JUnit) would say when and why it left"
+    ),
+}
+
+
+def _layers(ctx: Context) -> tuple[list[str], str | None]:
+    """The layers the verdict read, and how the client's was joined to the backend's."""
+    layers = ["backend"] if ctx.facts.backend_first is not None else []
+    view = ctx.client
+    if view is None:
+        return layers, None
+    layers.append(view.source)
+    if view.source == "junit":
+        return layers, "the runner's JUnit words, on the backend's clock from its first request"
+    return layers, view.offset.said()
 
 
 def _caveat(ctx: Context, name: str, unchecked: list[str]) -> str | None:

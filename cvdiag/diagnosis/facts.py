@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from cvdiag.diagnosis.calls import Call, Key, Ref
 from cvdiag.diagnosis.describe import edge_headers, number
+from cvdiag.diagnosis.probe_facts import add_probe, browser_own
 from cvdiag.diagnosis.protocol import Protocol
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.diagnosis.vocabulary import (
@@ -22,6 +23,7 @@ from cvdiag.diagnosis.vocabulary import (
     is_error_event,
     termination,
 )
+from cvdiag.layers.join import Join
 from cvdiag.logs.reading import Record
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, Tier
 
@@ -77,9 +79,15 @@ class Facts:
     #: ``via`` values: a proxy in the path, context for the edge rule, never a cause alone.
     proxies: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
     #: What the client saw, where the harness's probe layer wrote it: HTTP statuses it got
-    #: (``probe.network.response``/``error``) and a stream cut on its side (``probe.sse.aborted``).
+    #: (``probe.network.response``/``error``) and a stream cut on its side (``probe.sse.aborted``)
+    #: by the network (not the client's own timeout or leaving); the layers joined (``join``).
     client_statuses: list[tuple[float, Ref]] = dataclasses.field(default_factory=list)
     client_cut: Ref | None = None
+    join: Join = dataclasses.field(default_factory=Join)
+    #: The first non-probe envelope: the backend's clock anchors the offsets.
+    backend_first: Key | None = None
+    #: Envelopes of requests a browser makes of its own accord (an icon): not the test's.
+    browser_own: int = 0
     #: Whether each request's stream kept its protocol (AG-UI, the Responses stream).
     protocol: Protocol = dataclasses.field(default_factory=Protocol)
     retry_after: list[tuple[str, Ref]] = dataclasses.field(default_factory=list)
@@ -150,11 +158,14 @@ class Facts:
             self.first = record.key
         if self.last is None or record.key > self.last:
             self.last = record.key
-        # The backend's tier, which says what its lines can show: a probe's lines (the test
-        # client's, written at their own tier) say nothing of it.
-        tier = (
-            Tier.DEFAULT if boundary[:6] == "probe." else BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
-        )
+        if boundary.startswith("probe."):
+            add_probe(self, record, boundary, meta)
+            return
+        if self.backend_first is None or record.key < self.backend_first:
+            self.backend_first = record.key
+        if browser_own(self, record):
+            return
+        tier = BOUNDARY_TIER.get(boundary, Tier.DEFAULT)
         if tier > self.tier:
             self.tier = tier
         if env["outcome"] in ("err", "timeout") and self.bad_outcome is None:
@@ -191,8 +202,6 @@ class Facts:
             if not keepalive:  # a ``: ping`` comment is no sign of tokens
                 self._flowing(ref, content=False)
                 self._quiet_from, self._sent_unknown = record.key, True
-        elif boundary.startswith("probe."):
-            self._add_probe(record, boundary, meta)
         elif boundary == ABORTED:
             self.abort_count += 1
             if len(self.aborts) < KEEP:
@@ -203,15 +212,6 @@ class Facts:
                 self.aborts.append(Abort(termination(meta), ref, size, silence, quiet))
                 self._at_end(self.aborts[-1].ref, record.envelope.get("duration_ms"))
             self.protocol.end(self.ref_of(record), meta, completed=False)
-
-    def _add_probe(self, record: Record, boundary: str, meta: dict[str, Any]) -> None:
-        if boundary == "probe.sse.aborted":
-            self.client_cut = self.client_cut or self.ref_of(record)
-            return
-        key = "status" if boundary == "probe.network.response" else "response_status"
-        status = number(meta.get(key)) if boundary.startswith("probe.network.") else None
-        if status is not None and len(self.client_statuses) < KEEP:
-            self.client_statuses.append((status, self.ref_of(record)))
 
     def _flowing(self, ref: Ref, *, content: bool) -> None:
         """Bytes or model output reached the client: every call still open was flowing,

@@ -16,6 +16,7 @@ from cvdiag.diagnosis.describe import text
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.diagnosis.vocabulary import CUT, FAILED, OTHER, RATE_LIMITED, error_kind, is_refusal
+from cvdiag.logs.reading import key_millis
 
 #: An unanswered call, with no heartbeat, that the client had waited on less than this long
 #: when the request ended did not keep the client waiting: a client gone within half a second
@@ -44,10 +45,14 @@ class Context:
     def __init__(self, facts: Facts, timeout_s: float) -> None:
         self.facts = facts
         self.timeout_ms = timeout_s * 1000.0
-        self.clock = Clock(facts.first) if facts.first is not None else None
+        #: What the client saw, on the backend's clock (``cvdiag.layers``); None: no probe.
+        self.client = facts.join.view()
+        anchor = facts.backend_first or facts.first
+        self.clock = Clock(anchor) if anchor is not None else None
         #: Offsets count from the test id's first request's start: its ingress, or, in a log
         #: without one (the default tier), a terminal's ``duration_ms`` back from it.
         self.shift = facts.lead_ms(self.clock) if self.clock is not None else 0.0
+        self._anchor_ms = key_millis(anchor[0]) if anchor is not None else None
 
     def at(self, ref: Ref) -> str:
         return f"+{self.offset(ref):.0f} ms"
@@ -57,6 +62,12 @@ class Context:
 
     def offset_key(self, key: Key) -> float:
         return self.clock.offset_ms(key) + self.shift if self.clock is not None else 0.0
+
+    def at_ms(self, epoch_ms: float) -> float:
+        """The offset of a moment on the backend's clock (ms since the epoch), as ``offset``."""
+        if self._anchor_ms is None:
+            return 0.0
+        return epoch_ms - self._anchor_ms + self.shift
 
     def beat_interval(self) -> float | None:
         """The heartbeat interval the log shows (beats come at whole intervals from a call's

@@ -294,18 +294,22 @@ def client_abort(ctx: Context) -> Finding:
     states = [ctx.state(c, abort.ref) for c in f.calls.values()]
     if "waiting" in states:
         return found
-    if abort.termination.cause in FOUND_GONE:
-        head = (
-            f"the client was found gone ({abort.ref.summary}) at {ctx.at(abort.ref)}; it had"
-            " left before then, when is unknown"
+    gone = abort.termination.cause in FOUND_GONE
+    left = ctx.client.left_ms if ctx.client is not None else None
+    if gone:
+        head = f"the client was found gone ({abort.ref.summary}) at {ctx.at(abort.ref)}; " + (
+            f"its own side says it left at +{ctx.at_ms(left):.0f} ms"
+            if left is not None
+            else "it had left before then, when is unknown"
         )
     else:
         head = f"the client ended the stream ({abort.ref.summary}) at {ctx.at(abort.ref)}"
     outlived = [c for c in f.calls.values() if c.after_request_end_ms is not None]
     idle = idle_abort(ctx)
     silent = f"; {idle_said(idle[1])}" if idle is not None and idle[0] is abort else ""
+    then = calls_then(ctx, abort.ref, by_then=gone and left is None)
     found.add(
-        head + calls_then(ctx, abort.ref) + went_on(outlived) + silent,
+        head + then + went_on(outlived) + silent,
         [abort.ref, *(c.response for c in outlived[:1] if c.response is not None)],
         termination_kind=abort.termination.kind,
         termination_cause=abort.termination.cause,

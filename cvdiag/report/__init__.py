@@ -9,8 +9,8 @@ story into bars; ``page`` and ``detail`` write the HTML, escaping every value fr
 its context (``markup``); ``assets/`` holds the page's style and script, inlined and allowed by
 their hashes in the page's Content-Security-Policy.
 
-May import: cvdiag.compare, cvdiag.core, cvdiag.diagnosis, cvdiag.logs, cvdiag.runs,
-cvdiag.schema.
+May import: cvdiag.compare, cvdiag.core, cvdiag.diagnosis, cvdiag.layers, cvdiag.logs,
+cvdiag.runs, cvdiag.schema.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ from typing import Final
 from cvdiag.diagnosis.classify import Verdict, add_drops, classify
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
+from cvdiag.layers.align import shift_key
+from cvdiag.layers.split import is_probe
 from cvdiag.logs.reading import Record
 
 #: Boundaries that repeat without bound in a long request: folded in the table.
@@ -41,8 +43,8 @@ class Row:
     """A row of the envelope table: one envelope, or a folded run of a repeating boundary."""
 
     #: Where the row stands: the envelope's place in the test id's story (a folded run: the
-    #: place of the last envelope before it).
-    order: int
+    #: place of the last envelope before it; a probe's row: just after the row before it).
+    order: float
     offset_ms: float
     record: Record | None = None
     #: A folded run: its boundary, how many, and until when.
@@ -68,18 +70,30 @@ class Story:
         self.events: dict[str, array.array[float]] = {}
         self.beats: dict[str, array.array[float]] = {}
         self._marks = 0
+        #: The probe's records, placed once the clocks are joined.
+        self._probe: list[Record] = []
         #: The table's rows in time order, once finished.
         self.rows: list[Row] = []
         self.verdict: Verdict = Verdict(test_id, "unclassified", "", {})
 
     def add(self, record: Record) -> None:
         self.facts.add(record)
+        if is_probe(record):
+            # Read on the backend's clock once every pair is in (``finish``): held till then.
+            if len(self._probe) < KEEP:
+                self._probe.append(record)
+            else:
+                self.left_out += 1
+            return
         if self.clock is None:
             self.clock = Clock(record.key)
+        self._place(record, self.facts.count)
+
+    def _place(self, record: Record, index: float) -> None:
+        assert self.clock is not None
         offset = self.clock.offset_ms(record.key)
         env = record.envelope
         boundary = env["boundary"]
-        index = self.facts.count
         if boundary in REPEATING:
             self._mark(self.events if boundary == REPEATING[0] else self.beats, env, offset)
             seen = self._seen[boundary]
@@ -108,6 +122,7 @@ class Story:
         table's rows: the kept envelopes in time order, each folded run where it was."""
         add_drops(self.facts, drops)
         self.verdict = classify(self.facts, first_token_timeout=first_token_timeout)
+        self._place_probe()
         rows = self._kept
         for boundary, tail in self._tails.items():
             rows.extend(tail)
@@ -133,6 +148,27 @@ class Story:
         self.rows = rows
         self._kept = []
         self._tails.clear()
+
+    def _place_probe(self) -> None:
+        """The probe's rows, on the backend's clock, each after the last row before it."""
+        if not self._probe:
+            return
+        offsets = self.facts.join.offsets()
+        shifted = []
+        for record in self._probe:
+            offset = offsets.get(record.source)
+            theta = offset.theta_ms if offset is not None else 0.0
+            key = shift_key(record.key, theta) if theta else record.key
+            shifted.append(Record(record.source, record.lineno, record.text, record.envelope, key))
+        shifted.sort(key=lambda r: r.key)
+        if self.clock is None:
+            self.clock = Clock(shifted[0].key)
+        backend = sorted((row.offset_ms, row.order) for row in self._kept)
+        for record in shifted:
+            at = self.clock.offset_ms(record.key)
+            before = [order for offset_ms, order in backend if offset_ms <= at]
+            self._place(record, (before[-1] if before else 0) + 0.5)
+        self._probe = []
 
     def _one_clock(self, rows: list[Row]) -> None:
         """Every offset on the page from the classifier's origin, the start of the test id's

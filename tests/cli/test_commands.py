@@ -219,8 +219,12 @@ def test_classify_json(logs: dict[str, Path], name: str) -> None:
         "log_tier",
         "unchecked",
         "caveat",
+        "layers",
+        "joined",
+        "deciding",
         "evidence",
     }
+    assert data["layers"] == ["backend"]
 
 
 def test_classify_text_names_class_reason_and_evidence(logs: dict[str, Path]) -> None:

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cvdiag.diagnosis import stats
 from cvdiag.logs import ranges
 from cvdiag.logs.reading import Input
+from cvdiag.stats import figures as stats
 from tests.support.stories import STORIES
 
 # Lowers the thresholds (argv[1:5]), counts the ranges read (appended to argv[5]), runs the

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from cvdiag.diagnosis import classify, stats, timeline
+from cvdiag.diagnosis import classify, timeline
 from cvdiag.logs.reading import Input, Record, records
+from cvdiag.stats import figures as stats
 from tests.support.stories import (
     STORIES,
     Story,
@@ -47,8 +48,13 @@ def test_each_story_gets_its_class(name: str) -> None:
         "log_tier",
         "unchecked",
         "caveat",
+        "layers",
+        "joined",
+        "deciding",
         "evidence",
     }
+    assert data["layers"] == ["backend"]
+    assert data["joined"] is None
     if name != "unclassified":
         assert data["evidence"]["envelopes"], "a class rests on envelopes"
         assert all(e["source"].startswith("log:") for e in data["evidence"]["envelopes"])

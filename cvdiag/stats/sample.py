@@ -12,7 +12,7 @@ import random
 from array import array
 from typing import Any
 
-from cvdiag.diagnosis.stats_text import PERCENTILES
+from cvdiag.stats.text import PERCENTILES
 
 __all__ = ["Sample"]
 

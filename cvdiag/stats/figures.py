@@ -20,9 +20,9 @@ from typing import Any, Final
 from cvdiag.diagnosis.classify import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT, Facts, classify
 from cvdiag.diagnosis.describe import number
 from cvdiag.diagnosis.pertest import Again, PerTestId
-from cvdiag.diagnosis.sample import Sample
-from cvdiag.diagnosis.stats_text import PERCENTILES, render
 from cvdiag.logs.reading import Record
+from cvdiag.stats.sample import Sample
+from cvdiag.stats.text import PERCENTILES, render
 
 __all__ = ["PERCENTILES", "Group", "Sample", "Stats", "render"]
 
