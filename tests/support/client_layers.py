@@ -6,16 +6,28 @@ holding both; ``cvdiag report`` over them."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from tests.support.cli import cvdiag
 
+_TS = re.compile(rb'"ts":"([^"]+)"')
+
 
 def joined(backend: Path, probe: Path, into: Path) -> Path:
-    """One log holding both layers: the probe's lines after the backend's, as a runner that
-    appends to the backend's file would leave them (readers take any order)."""
-    into.write_bytes(backend.read_bytes() + probe.read_bytes())
+    """One log holding both layers, their lines interleaved by their wall-clock stamps as one
+    file both wrote to would hold them (a line with no stamp, uvicorn's own, stays after the
+    line before it)."""
+    lines: list[tuple[bytes, int, bytes]] = []
+    for number, path in enumerate((backend, probe)):
+        key = b""
+        for line in path.read_bytes().splitlines(keepends=True):
+            found = _TS.search(line)
+            key = found.group(1) if found else key
+            lines.append((key, number, line))
+    lines.sort(key=lambda item: (item[0], item[1]))  # stable: each file's order kept
+    into.write_bytes(b"".join(line for _, _, line in lines))
     return into
 
 
