@@ -32,6 +32,7 @@ from cvdiag.schema.vocabulary import packaged_schema
 from cvdiag.scrubbing.vendors import VENDOR_RULES
 from tests.conftest import REFERENCE
 from tests.schema_check import UUID7
+from tests.support.cli import cvdiag
 from tests.support.client_layers import joined, report, verdict
 from tests.support.client_layers import text as said
 from tests.support.corpus import benign, credentials
@@ -543,6 +544,27 @@ def test_cvdiag_reads_a_page_left_after_what_it_needed_as_healthy(run: Run) -> N
     found = _verdict(run, "the page leaves once it has what it needs")
     assert found["flap_class"] == "healthy", said(found)
     assert "closed its stream on purpose" in found["reason"]
+
+
+def test_cvdiag_flakes_takes_each_attempts_outcome_from_its_probe(run: Run) -> None:
+    """Without JUnit: the passing pages (a favicon's 404, a stream left on purpose) pass, the
+    page that rendered nothing after a healthy backend fails."""
+    artifacts = run.folder / "artifacts"
+    done = cvdiag(
+        "flakes", "--json", str(artifacts / "backend.log"), str(artifacts / "cvdiag-probe.log")
+    )
+    assert done.returncode in (0, 1), done.stderr
+    failures = {test["test"]: test["failures"] for test in json.loads(done.stdout)}
+    for title, failed in (
+        ("the chat answers", 0),
+        ("the page streams its answer", 0),
+        ("the page leaves once it has what it needs", 0),
+        ("the page renders the streamed answer", 1),
+        ("the backend fails", 1),
+        ("the worker dies mid-request", 1),
+    ):
+        [[first, *_]] = run.by_test(title)
+        assert failures[first["test_id"]] == failed, title
 
 
 def test_cvdiag_reports_the_run_with_the_clients_lane(run: Run) -> None:
