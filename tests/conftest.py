@@ -105,6 +105,8 @@ SLOW = (
     "tests/report/test_browser.py",  # real servers, then the pages in headless Chromium
     "tests/report/test_browser_runs.py",  # a real server's log, then the page in Chromium
     "tests/probe/test_playwright.py",  # npm install once, then a real Playwright run in Chromium
+    # issue 45 end to end: uvicorn, the fake provider and nginx as processes, a pytest killed
+    "tests/e2e/test_client_layer_pytest.py",
     "tests/scrubbing/test_doors.py",
     "tests/sinks/test_shared_log.py",  # four worker processes under gunicorn and uvicorn, per case
     "tests/compare/test_diff_real.py",  # a real backend and fake provider, then the command

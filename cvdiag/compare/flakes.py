@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from cvdiag.compare.story import Story
+from cvdiag.layers.join import JUNIT
 
 #: ``-run7``, ``-attempt-2``, ``-retry1``, ``.r3``, a trailing ``-12``: the part of a test id a
 #: harness changes per run or attempt.
@@ -34,11 +35,18 @@ def _symptom(fact: str) -> bool:
 
 
 def ended_well(story: Story) -> bool:
-    """Without JUnit, whether an attempt passed: each request answered in full (HTTP below
-    400) and each LLM call answered; with neither (a background run's agent alone), each agent
-    scope exited ok. Not the class alone: a proxy in the path of a request that completed is a
-    class (``edge-interference``), not a failure of the test, and an agent alone has no class
-    but ``unclassified`` (the classifier judges requests and calls)."""
+    """Without JUnit, whether an attempt passed: by its probe's exit when a probe wrote one (the
+    test's own outcome; a probe that started and never exited: its runner died); else each
+    request answered in full (HTTP below 400) and each LLM call answered; with neither (a
+    background run's agent alone), each agent scope exited ok. The probe first: a browser's
+    own favicon answered 404, or a stream the test left on purpose, is no failure of a test
+    that passed, and a page that rendered nothing fails after a healthy backend. Not the class
+    alone: a proxy in the path of a request that completed is a class
+    (``edge-interference``), not a failure of the test, and an agent alone has no class but
+    ``unclassified`` (the classifier judges requests and calls)."""
+    view = story.client.view()
+    if view is not None and view.source != JUNIT and view.started:
+        return view.exited and view.passed
     ends = [p for p in story.points if p.end and p.kind in ("request", "llm")]
     if not ends:
         ends = [p for p in story.points if p.end and p.kind == "agent"]

@@ -22,7 +22,14 @@ from typing import Any, Final
 from cvdiag.diagnosis.calls import Call
 from cvdiag.diagnosis.describe import ms, text
 from cvdiag.diagnosis.rules import Context, Finding
-from cvdiag.layers.client import CLIENT_TIMEOUT, LEFT_EARLY, NETWORK_ERROR, ClientView, Request
+from cvdiag.layers.client import (
+    CLIENT_TIMEOUT,
+    COMPLETE,
+    LEFT_EARLY,
+    NETWORK_ERROR,
+    ClientView,
+    Request,
+)
 from cvdiag.layers.join import JUNIT
 from cvdiag.layers.runner import said as runner_said
 
@@ -173,16 +180,19 @@ def held(ctx: Context) -> Finding:
     slack = HELD_MS + (view.offset.half_width_ms or 0.0)
     for request in view.requests:
         first, sent = request.first_event_ms, request.backend_first_byte_ms
-        if first is None or sent is None or first - sent < slack:
+        if first is None or sent is None:
             continue
         more = request.backend_second_event_ms
         done = request.backend_end_ms
-        if not ((more is not None and more <= first) or (done is not None and done <= first)):
+        # A stream that reached the client at once was held, whatever the clocks' offset.
+        bunched = _bunched(request, view)
+        after = (more is not None and more <= first) or (done is not None and done <= first)
+        if bunched is None and (first - sent < slack or not after):
             continue
         sent_at, seen_at = ctx.at_ms(sent), ctx.at_ms(first)
         then = (
             f"and completed at {_when(ctx.at_ms(done))}"
-            if done is not None and done <= first
+            if done is not None and (done <= first or bunched is not None)
             else f"its second event at {_when(ctx.at_ms(more))}"
             if more is not None
             else ""
@@ -191,7 +201,14 @@ def held(ctx: Context) -> Finding:
         where = f" (via: {text(via, 60)})" if via else ""
         found.add(
             f"the backend sent its first byte at {_when(sent_at)} {then}, but the client's first"
-            f" event came at {_when(seen_at)}, {ms(first - sent)} later: the stream was held"
+            f" event came at {_when(seen_at)}, {ms(first - sent)} later"
+            + (
+                f" and its end within {ms(bunched)} of it: the backend's {ms(done - sent)} of"
+                " stream reached the client at once"
+                if bunched is not None and done is not None
+                else ""
+            )
+            + ": the stream was held"
             f" between the backend and the client{where}, as a buffering proxy does"
             f" ({_source(view)})",
             [],
@@ -204,6 +221,24 @@ def held(ctx: Context) -> Finding:
         )
         return found
     return found
+
+
+def _bunched(request: Request, view: ClientView) -> float | None:
+    """How long the client took from the stream's first event to its end, when that was at
+    least ``HELD_MS`` shorter than the backend took from its first byte to its end: the stream
+    reached the client at once. Both spans are one clock's differences, so this holds whatever
+    the offset between the clocks (a held response also bounds that offset loosely: its own
+    head is the late answer). A complete request's end is at most the probe's exit."""
+    first, sent, done = (
+        request.first_event_ms,
+        request.backend_first_byte_ms,
+        request.backend_end_ms,
+    )
+    end = request.end_ms if request.end_ms is not None else view.exit_ms
+    if request.end != COMPLETE or first is None or sent is None or done is None or end is None:
+        return None
+    span = end - first
+    return span if (done - sent) - span >= HELD_MS else None
 
 
 def left_early(ctx: Context) -> Finding:

@@ -43,6 +43,11 @@ CAUSES: dict[str, tuple[Callable[[], Planted], str, str]] = {
         "both sides agree",
     ),
     "held stream": (held_stream, "edge-interference", "held between the backend and the client"),
+    "held stream, its head too": (
+        lambda: held_stream(head_held=True),
+        "edge-interference",
+        "reached the client at once",
+    ),
     "left early": (left_early, "healthy", "closed its stream on purpose"),
     "runner crash": (runner_crash, "probe-runner-crash", "never wrote its exit"),
     "hydration": (lambda: page("hydration"), "frontend-hydration", "console error"),

@@ -32,6 +32,9 @@ from cvdiag.schema.vocabulary import packaged_schema
 from cvdiag.scrubbing.vendors import VENDOR_RULES
 from tests.conftest import REFERENCE
 from tests.schema_check import UUID7
+from tests.support.cli import cvdiag
+from tests.support.client_layers import joined, report, verdict
+from tests.support.client_layers import text as said
 from tests.support.corpus import benign, credentials
 from tests.support.servers import free_port
 
@@ -220,7 +223,7 @@ def _one(lines: list[dict[str, Any]], boundary: str) -> dict[str, Any]:
 
 def test_the_run_fails_exactly_the_tests_that_should(run: Run) -> None:
     assert run.exit_code == 1, run.output[-3000:]
-    assert "3 failed" in run.output, run.output[-3000:]
+    assert "5 failed" in run.output, run.output[-3000:]
     assert "4 passed" in run.output, run.output[-3000:]
 
 
@@ -245,14 +248,16 @@ def test_every_probe_line_is_v1_with_the_documented_extensions_only(run: Run) ->
 
 def test_every_attempt_starts_and_exits_once_and_the_junit_names_its_id(run: Run) -> None:
     ids = {line["test_id"] for line in run.probe}
-    assert len(ids) == 7  # six tests, the slow one retried
+    assert len(ids) == 9  # eight tests, the slow one retried
+    [[*crashed]] = run.by_test("the worker dies mid-request")
     for test_id in ids:
         lines = [line for line in run.probe if line["test_id"] == test_id]
         assert _boundaries(lines).count("probe.start") == 1
-        assert _boundaries(lines).count("probe.exit") == 1
+        # The killed worker wrote no exit: its teardown never ran.
+        assert _boundaries(lines).count("probe.exit") == (test_id != crashed[0]["test_id"])
     cases = read_junit(str(run.folder / "artifacts" / "results.xml"))
     junit_ids = {i for case in cases for attempt in case.attempts for i in attempt.test_ids}
-    assert ids <= junit_ids
+    assert ids - {crashed[0]["test_id"]} <= junit_ids
 
 
 def test_an_api_call_that_completes(run: Run) -> None:
@@ -459,3 +464,112 @@ def test_the_docs_show_the_tested_config_and_the_command() -> None:
     assert config.strip() in docs
     assert "cvdiag report artifacts/backend.log artifacts/cvdiag-probe.log" in docs
     assert "python -m cvdiag.probe.playwright tests/cvdiag.ts" in docs
+
+
+# --- what cvdiag reads of the run: each cause named, each control healthy (issue 45) ---------
+
+
+def _verdict(run: Run, title: str, attempt: int = 0) -> dict[str, Any]:
+    """The verdict on one attempt's test id, read over the backend's log and the probe's as two
+    files and as one log: both ways must say the same."""
+    artifacts = run.folder / "artifacts"
+    backend, probe = artifacts / "backend.log", artifacts / "cvdiag-probe.log"
+    one = run.folder / "one.log"
+    if not one.exists():
+        joined(backend, probe, one)
+    return verdict(run.by_test(title)[attempt][0]["test_id"], backend, probe, one)
+
+
+def test_cvdiag_reads_the_api_call_that_completes_as_healthy(run: Run) -> None:
+    found = _verdict(run, "the chat answers")
+    assert found["flap_class"] == "healthy", said(found)
+
+
+@pytest.mark.parametrize("attempt", [0, 1])
+def test_cvdiag_reads_the_client_timeout_under_a_slow_call_as_slow_first_token(
+    run: Run, attempt: int
+) -> None:
+    found = _verdict(run, "a slow LLM call outlives the client's timeout", attempt)
+    assert found["flap_class"] == "slow-first-token", said(found)
+    reason, evidence = found["reason"], found["evidence"]
+    assert "the client gave up on POST /api/slow" in reason
+    assert "its own 2 s timeout" in reason
+    assert re.search(r"the call answered at \+\d+ ms", reason)
+    assert evidence["client_timeout_ms"] == 2000
+    assert evidence["call_took_ms"] > evidence["client_timeout_ms"]
+
+
+def test_cvdiag_reads_the_tests_own_timeout_as_the_clients(run: Run) -> None:
+    found = _verdict(run, "a call outlives the test's own timeout")
+    assert found["flap_class"] == "slow-first-token", said(found)
+    assert "its own 1.5 s timeout" in found["reason"]
+
+
+def test_cvdiag_keeps_the_backends_class_for_its_own_error(run: Run) -> None:
+    found = _verdict(run, "the backend fails")
+    assert found["flap_class"] == "backend-error", said(found)
+    assert "RuntimeError" in said(found)
+
+
+def test_cvdiag_reads_a_killed_worker_as_a_runner_crash(run: Run) -> None:
+    found = _verdict(run, "the worker dies mid-request")
+    assert found["flap_class"] == "probe-runner-crash", said(found)
+    assert "never wrote its exit" in found["reason"]
+    assert "POST /api/slow" in found["reason"]
+
+
+def test_cvdiag_reads_a_streamed_page_and_its_favicon_as_healthy(run: Run) -> None:
+    """Chromium's favicon request (a 404 under the test id, no send of the page's, and its
+    console line "Failed to load resource") is no failure and no page error."""
+    found = _verdict(run, "the page streams its answer")
+    assert found["flap_class"] == "healthy", said(found)
+
+
+def test_cvdiag_reads_a_page_that_rendered_nothing_as_frontend_hydration(run: Run) -> None:
+    found = _verdict(run, "the page renders the streamed answer")
+    assert found["flap_class"] == "frontend-hydration", said(found)
+    reason = found["reason"]
+    assert "the backend completed ok" in reason  # the backend's side
+    assert "SSE reached the client, yet no first token appeared in the page" in reason
+    assert "console error" in reason
+    assert "Fake0Xmpl" not in reason
+    # The page's own errors count; Chromium's line for its favicon's 404 does not.
+    [lines] = run.by_test("the page renders the streamed answer")
+    errors = [line["metadata"] for line in lines if line["boundary"] == "probe.console.error"]
+    own = [e for e in errors if not (e["source_file"] or "").endswith("/favicon.ico")]
+    assert found["evidence"]["console_errors"] == len(own) == 2
+
+
+def test_cvdiag_reads_a_page_left_after_what_it_needed_as_healthy(run: Run) -> None:
+    found = _verdict(run, "the page leaves once it has what it needs")
+    assert found["flap_class"] == "healthy", said(found)
+    assert "closed its stream on purpose" in found["reason"]
+
+
+def test_cvdiag_flakes_takes_each_attempts_outcome_from_its_probe(run: Run) -> None:
+    """Without JUnit: the passing pages (a favicon's 404, a stream left on purpose) pass, the
+    page that rendered nothing after a healthy backend fails."""
+    artifacts = run.folder / "artifacts"
+    done = cvdiag(
+        "flakes", "--json", str(artifacts / "backend.log"), str(artifacts / "cvdiag-probe.log")
+    )
+    assert done.returncode in (0, 1), done.stderr
+    failures = {test["test"]: test["failures"] for test in json.loads(done.stdout)}
+    for title, failed in (
+        ("the chat answers", 0),
+        ("the page streams its answer", 0),
+        ("the page leaves once it has what it needs", 0),
+        ("the page renders the streamed answer", 1),
+        ("the backend fails", 1),
+        ("the worker dies mid-request", 1),
+    ):
+        [[first, *_]] = run.by_test(title)
+        assert failures[first["test_id"]] == failed, title
+
+
+def test_cvdiag_reports_the_run_with_the_clients_lane(run: Run) -> None:
+    artifacts = run.folder / "artifacts"
+    page = report(
+        artifacts / "backend.log", artifacts / "cvdiag-probe.log", into=run.folder / "page.html"
+    )
+    assert "the test (its probe)" in page

@@ -1,7 +1,7 @@
 """The backend of the Playwright recipe's test (tests/probe/test_playwright.py): cvdiag's
-middleware over a small chat app with a JSON route, a slow LLM call, SSE streams and three pages
-that read them (one renders, one fails to, one is left early). No favicon: Chromium's own
-request for it is answered 404."""
+middleware over a small chat app with a JSON route, a slow LLM call, a route that fails, SSE
+streams and three pages that read them (one renders, one fails to, one is left early). No
+favicon: Chromium's own request for it is answered 404."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ async def slow(body: dict[str, str], seconds: float = 4) -> dict[str, str]:
         await asyncio.sleep(seconds)  # longer than the client's 2 s timeout
         call.record_response(response_token_count=3)
     return {"answer": body.get("message", "").upper()}
+
+
+@api.get("/api/fail")
+async def fail() -> dict[str, str]:
+    async with agent_scope("failing-agent"):
+        raise RuntimeError("the agent's tool failed")  # the backend's own error: HTTP 500
 
 
 @api.get("/api/stream")

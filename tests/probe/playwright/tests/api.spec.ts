@@ -21,3 +21,19 @@ test.describe("without a timeout of its own", () => {
     await request.post("/api/slow?seconds=3", { data: { message: "hi" } });
   });
 });
+
+test.describe("once only", () => {
+  test.describe.configure({ retries: 0 });
+
+  test("the backend fails", async ({ request }) => {
+    const answer = await request.get("/api/fail");
+    expect(answer.ok()).toBe(true);
+  });
+
+  test("the worker dies mid-request", async ({ request }) => {
+    // The runner's own process killed while its call is outstanding (a runner that crashes):
+    // its probe writes no exit.
+    setTimeout(() => process.kill(process.pid, "SIGKILL"), 500);
+    await request.post("/api/slow?seconds=2", { data: { message: "hi" } });
+  });
+});
