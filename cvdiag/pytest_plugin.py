@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cvdiag import pytest_report, pytest_runs
+from cvdiag import pytest_aimock, pytest_report, pytest_runs
 from cvdiag.core.context import _CURRENT
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitter_module
@@ -174,6 +174,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "report's)",
     )
     pytest_report.add_options(group)
+    pytest_aimock.add_options(group)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -191,6 +192,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[RECORDER_KEY] = recorder
         config.pluginmanager.register(recorder, "cvdiag-runs")
     pytest_report.configure(config)
+    pytest_aimock.configure(config)
 
 
 def _recording(config: pytest.Config) -> bool:

@@ -74,6 +74,11 @@ NEEDS: Final[dict[str, Tier]] = {
 
 _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("mock-fixture-mismatch", mock.mock_mismatch),
+    # The mock provider's own record (its journal) names its part before the backend's view.
+    ("provider-error", mock.mock_cut),
+    ("slow-first-token", mock.mock_slow),
+    ("provider-error", mock.never_reached),
+    ("stalled-backend", mock.never_reached_waiting),
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
     ("edge-interference", edge.edge),
@@ -271,9 +276,12 @@ CLIENT_ABORT_SETTLED: Final = {
 def _layers(ctx: Context) -> tuple[list[str], str | None]:
     """The layers the verdict read, and how the client's was joined to the backend's."""
     layers = ["backend"] if ctx.facts.backend_first is not None else []
+    mock = ctx.facts.join.mock
+    if mock.has_mock:  # the mock provider's journal, on the backend's clock from its calls
+        layers.append("aimock")
     view = ctx.client
     if view is None:
-        return layers, None
+        return layers, f"aimock: {mock.offset().said()}" if mock.has_mock else None
     layers.append(view.source)
     if view.source == "junit":
         return layers, "the runner's JUnit words, on the backend's clock from its first request"

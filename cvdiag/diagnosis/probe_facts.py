@@ -31,7 +31,7 @@ class Holder(Protocol):
 
 def add_probe(facts: Holder, record: Record, boundary: str, meta: dict[str, Any]) -> None:
     facts.join.add(record)
-    if browser_url(meta.get("url")):
+    if boundary.startswith("aimock.") or browser_url(meta.get("url")):
         return
     if boundary == "probe.sse.aborted":
         own = meta.get("cause") in _OWN_ENDS or meta.get("termination_kind") == "timeout"

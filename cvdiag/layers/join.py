@@ -28,6 +28,7 @@ from cvdiag.layers.client import (
     ConsoleError,
     Request,
 )
+from cvdiag.layers.mock import MockJoin
 from cvdiag.layers.offset import Offset, bound
 from cvdiag.layers.split import browser_own, layer_of, path_of
 from cvdiag.logs.reading import Record, key_millis, ts_key
@@ -87,7 +88,7 @@ class _Writer:
 class Join:
     """One test id's layers, gathered one envelope at a time, in any order."""
 
-    __slots__ = ("_backend", "_by_span", "_ends", "_writers", "browser_own_requests")
+    __slots__ = ("_backend", "_by_span", "_ends", "_writers", "browser_own_requests", "mock")
 
     def __init__(self) -> None:
         self._backend: list[_Backend] = []
@@ -97,6 +98,8 @@ class Join:
         self._writers: dict[str, _Writer] = {}
         #: Ingress spans of the browser's own requests (an icon, robots.txt).
         self.browser_own_requests: set[str] = set()
+        #: The mock provider's layer (``aimock.*``) and the backend's LLM calls it pairs with.
+        self.mock = MockJoin()
 
     @property
     def has_probe(self) -> bool:
@@ -105,8 +108,11 @@ class Join:
     def add(self, record: Record) -> None:
         env = record.envelope
         boundary = env["boundary"]
-        if layer_of(env) == "probe":
+        layer = layer_of(env)
+        if layer == "probe":
             self._add_probe(record, boundary, env["metadata"])
+        elif layer == "aimock" or boundary.startswith("backend.llm.call."):
+            self.mock.add(record)
         elif boundary.startswith("backend."):
             self._add_backend(record, boundary, env)
 
