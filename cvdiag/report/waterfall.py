@@ -26,7 +26,12 @@ WIDTH: Final = 1000.0
 BINS: Final = 200
 #: Ruler labels across the track.
 TICKS: Final = 5
-KIND: Final = {"request": "request", "agent": "agent scope", "call": "LLM call"}
+KIND: Final = {
+    "request": "request",
+    "agent": "agent scope",
+    "call": "LLM call",
+    "provider": "mock provider",
+}
 #: Characters of a lane's label, its status and a mark's label shown (lanes.py words them
 #: shorter; these hold whatever it writes).
 LABEL_SHOWN: Final = 160

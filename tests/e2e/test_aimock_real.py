@@ -204,7 +204,9 @@ def test_ls_report_and_flakes_read_the_journal(
     assert page.section_of("aim-nope").flap_class == "mock-fixture-mismatch"
     html = (tmp_path / "report.html").read_text()
     assert "aimock.match.decision" in html
-    assert 'class="lane provider"' in html
+    # The mock provider's lane, under the LLM call that sent its request.
+    assert 'class="lane k-provider d2"' in html
+    assert "no fixture matched" in html
     flakes = cvdiag("flakes", str(log), str(journal), "--json")
     assert flakes.returncode in (0, 1), flakes.stderr
     assert "aim-nope" in flakes.stdout or "mock-fixture-mismatch" in flakes.stdout
