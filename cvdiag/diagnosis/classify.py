@@ -279,13 +279,16 @@ def _layers(ctx: Context) -> tuple[list[str], str | None]:
     mock = ctx.facts.join.mock
     if mock.has_mock:  # the mock provider's journal, on the backend's clock from its calls
         layers.append("aimock")
+    joined = mock.offset().said() if mock.has_mock else None
     view = ctx.client
     if view is None:
-        return layers, f"aimock: {mock.offset().said()}" if mock.has_mock else None
+        return layers, joined
     layers.append(view.source)
     if view.source == "junit":
-        return layers, "the runner's JUnit words, on the backend's clock from its first request"
-    return layers, view.offset.said()
+        said = "the runner's JUnit words, on the backend's clock from its first request"
+    else:
+        said = view.offset.said()
+    return layers, f"{said}; {joined}" if joined else said
 
 
 def _caveat(ctx: Context, name: str, unchecked: list[str]) -> str | None:

@@ -185,8 +185,8 @@ def mock_slow(ctx: Context) -> Finding:
         )
         how = "was cut by " + (call.error_class or "a timeout") if call.cut else "never answered"
         found.add(
-            f"the mock LLM provider was slow by its fixture: {entry.fixture or '?'} holds each"
-            f" chunk, the first one too, for {entry.timing()}; it took {entry.request} at"
+            f"the mock LLM provider was slow by its fixture: {entry.fixture or '?'} paces its"
+            f" answer ({entry.timing()}, the first chunk too); it took {entry.request} at"
             f" {ctx.at_ms(entry.at_ms):+.0f} ms, and LLM call {call.label} {how}{waited}: the"
             " wait was the mock's pace, not the backend's",
             _refs(ctx, entry) + call.refs() + _end_refs(ctx),

@@ -4,8 +4,9 @@ call that sent it, and the mock's clock bounded against the backend's from those
 
 θ is the backend's clock minus the mock's. The mock decided on a request after the backend's
 call began (θ ≥ call start − entry) and before the call saw its answer or its end (θ ≤ the
-call's first chunk, else its response, − entry); θ is the middle of the tightest interval, as
-``offset.bound`` takes it for the probe. Entries and calls are paired in order, by model when
+call's first chunk, else its response, − entry); the interval is bounded as ``offset.bound``
+bounds the probe's, and θ is 0 (the wall clocks as they are) when the interval holds it, else
+its nearest end (``MockOffset``). Entries and calls are paired in order, by model when
 both name one; a call that failed before it reached anything (a refused connection) is no pair.
 A call the backend began with no entry of the mock's, in a test id the mock's record holds, is
 a request the mock never saw. The record has one time per request, so an entry's lines all
@@ -182,7 +183,7 @@ class MockJoin:
         elif boundary == "aimock.response.complete":
             entry.status = _num(meta.get("http_status")) or entry.status
 
-    def offset(self) -> Offset:
+    def offset(self) -> MockOffset:
         return self._paired()[1]
 
     def view(self) -> MockView | None:
@@ -195,7 +196,7 @@ class MockJoin:
             entry.at_ms += offset.theta_ms
         return MockView(entries, offset, unseen)
 
-    def _paired(self) -> tuple[list[Entry], Offset, list[str]]:
+    def _paired(self) -> tuple[list[Entry], MockOffset, list[str]]:
         entries = sorted(
             (dataclasses.replace(e, records=list(e.records)) for e in self._entries.values()),
             key=lambda e: e.at_ms,
@@ -215,7 +216,43 @@ class MockJoin:
                 uppers.append(call.answer_ms - entry.at_ms)
         paired = {e.call for e in entries}
         unseen = [c.span for c in calls if c.span not in paired]
-        return entries, bound(uppers, lowers), unseen
+        found = bound(uppers, lowers)
+        offset = MockOffset(found.lower, found.upper, found.pairs, found.widened_ms)
+        return entries, offset, unseen
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MockOffset(Offset):
+    """θ for the mock's clock: its wall clock as it is (θ = 0) whenever every pair holds with
+    it, else the nearest end of the interval. A mock on the backend's host (the usual harness)
+    shares its clock, and a pair's bound is loose (a call's answer may come long after the
+    mock decided, or never, cut by a timeout), so the middle of the interval would move an
+    entry for nothing."""
+
+    @property
+    def theta_ms(self) -> float:
+        if self.lower is not None and self.lower > 0:
+            return self.lower
+        if self.upper is not None and self.upper < 0:
+            return self.upper
+        return 0.0
+
+    def said(self) -> str:
+        if not self.known:
+            return "the mock's journal on its own wall clock (no entry paired with an LLM call)"
+        many = f"{self.pairs} bound{'s' if self.pairs != 1 else ''}"
+        low = "-inf" if self.lower is None else f"{self.lower:+.0f}"
+        high = "+inf" if self.upper is None else f"{self.upper:+.0f}"
+        moved = (
+            f"shifted {self.theta_ms:+.0f} ms"
+            if self.theta_ms
+            else "its wall clock kept (every pair holds with it)"
+        )
+        widened = " (the pairs disagreed: widened to hold them)" if self.widened_ms else ""
+        return (
+            f"the mock's journal within [{low}, {high}] ms of the backend's clock from {many}"
+            f" with its LLM calls, {moved}{widened}"
+        )
 
 
 def _same_model(entry: Entry, call: _Call) -> bool:
@@ -227,4 +264,4 @@ def _unreached(call: _Call) -> bool:
     return any(word in error for word in _UNREACHED)
 
 
-__all__ = ["Entry", "MockJoin", "MockView"]
+__all__ = ["Entry", "MockJoin", "MockOffset", "MockView"]
