@@ -210,3 +210,40 @@ def test_ls_report_and_flakes_read_the_journal(
     flakes = cvdiag("flakes", str(log), str(journal), "--json")
     assert flakes.returncode in (0, 1), flakes.stderr
     assert "aim-nope" in flakes.stdout or "mock-fixture-mismatch" in flakes.stdout
+
+
+def test_the_plugin_saves_the_journal(pytester: pytest.Pytester, aimock: str) -> None:
+    """``--cvdiag-aimock URL`` saves the journal at the session's end, beside ``--cvdiag-log``;
+    a mock that cannot be reached is one line, and the session still passes."""
+    pytester.makepyfile(
+        test_asks=f"""
+        import httpx
+
+        def test_asks():
+            body = {{"model": "m", "messages": [{{"role": "user", "content": "hello"}}]}}
+            answer = httpx.post(
+                "{aimock}/v1/chat/completions", json=body, headers={{"x-test-id": "aim-plugin"}}
+            )
+            assert answer.status_code == 200
+        """
+    )
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    logs = pytester.path / "logs"
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", f"--cvdiag-log={logs / 'run.log'}", f"--cvdiag-aimock={aimock}/v1"
+    )
+    result.assert_outcomes(passed=1)
+    saved = logs / "aimock-journal.json"
+    result.stdout.fnmatch_lines([f"cvdiag: aimock's journal saved to {saved}"])
+    entries = json.loads(saved.read_text())
+    assert "aim-plugin" in [e["headers"].get("x-test-id") for e in entries]
+    listed = cvdiag("ls", str(saved))
+    assert "aim-plugin" in listed.stdout
+    # A mock gone: said in one line, never a failed session.
+    gone = pytester.runpytest_inprocess(
+        "-p", "no:xdist", "--cvdiag-aimock=http://127.0.0.1:9", "-k", "nothing"
+    )
+    assert gone.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    gone.stdout.fnmatch_lines(
+        ["cvdiag: aimock's journal not saved (http://127.0.0.1:9/__aimock/journal)*"]
+    )
