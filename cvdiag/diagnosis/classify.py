@@ -240,6 +240,10 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         silence = silence_ms(ctx, facts.aborts[0])
         if silence is not None:
             found.facts["silence_ms"] = round(silence, 1)
+    after = mock.backend_after(ctx, name) if "mock_request" not in found.facts else None
+    if after:  # the mock's record clears it of a wait the backend's rules name
+        reason += f"; {after}"
+        found.facts["mock_answered_at_once"] = True
     deciding = [key for key in found.facts if key not in _CONTEXT_FACTS]
     layers, joined = _layers(ctx)
     if layers == ["backend"] and name == "client-abort":
@@ -260,7 +264,9 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
 
 
 #: Evidence every verdict may carry, not what decided it.
-_CONTEXT_FACTS: Final = frozenset({"dropped_envelopes", "silence_ms", "client", "alignment"})
+_CONTEXT_FACTS: Final = frozenset(
+    {"dropped_envelopes", "silence_ms", "client", "alignment", "mock_answered_at_once"}
+)
 #: What a probe's lines would settle of a backend-only ``client-abort``, said in its reason:
 #: why the client left (its own timeout, on purpose, the network) and, when it was only found
 #: gone, when.

@@ -242,6 +242,35 @@ def _unseen(ctx: Context, *, waiting: bool) -> Finding:
     return found
 
 
+def backend_after(ctx: Context, name: str) -> str | None:
+    """For a wait the backend's rules name (``stalled-backend``, ``slow-first-token``): the
+    mock's journal showing it answered at once (no fixture pace, no cut) and the call answering
+    ok, so the time after was the backend's, not the mock's. None when the journal says
+    otherwise, or is not there."""
+    f = ctx.facts
+    view = f.join.mock.view() if name in ("stalled-backend", "slow-first-token") else None
+    if view is None or any(e.latency_ms or e.streaming_profile for e in view.entries):
+        return None
+    answered = [
+        (e, call)
+        for e in view.entries
+        if e.call and e.matched and not e.interrupted and (call := f.calls.get(e.call)) and call.ok
+    ]
+    if not answered:
+        return None
+    entry, call = answered[-1]
+    done = (
+        f" and LLM call {call.label} answered ok at {ctx.at(call.response)}"
+        if call.response
+        else ""
+    )
+    return (
+        f"the mock's journal: it answered {entry.request} at {ctx.at_ms(entry.at_ms):+.0f} ms"
+        f" with no pace of its fixture's ({entry.fixture}){done}: the time after was the"
+        " backend's, not the mock's"
+    )
+
+
 def _call_failed(ctx: Context, entry: Entry) -> bool:
     call = ctx.facts.calls.get(entry.call) if entry.call else None
     return call is not None and call.response is not None and not call.ok

@@ -12,8 +12,9 @@ control is healthy, and without the journal the verdicts are what the backend's 
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import openai
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, instrument_httpx
@@ -55,6 +56,10 @@ FIXTURES: list[dict[str, Any]] = [
 #: The backend's own timeout on its LLM calls: shorter than the slow fixture's pace before its
 #: first chunk (3 s), so that call never answers in time, however fast the machine.
 LLM_TIMEOUT_S = 1.0
+#: How long the backend dawdles after the mock answered, and a first-token timeout below it: the
+#: first byte cannot leave before the dawdle ends, however fast the machine.
+DAWDLE_S = 0.3
+DAWDLE_TIMEOUT_S = "0.2"
 
 
 def _backend(mock_url: str, dead_url: str) -> Starlette:
@@ -87,6 +92,13 @@ def _backend(mock_url: str, dead_url: str) -> Starlette:
         text = await ask(mock, said)
         if request.query_params.get("then") == "dead":  # a second call that never reaches it
             text += await ask(dead, said)
+        elif request.query_params.get("then") == "dawdle":  # slow after the mock answered
+
+            async def late() -> AsyncIterator[bytes]:
+                await asyncio.sleep(DAWDLE_S)
+                yield f"data: {json.dumps({'text': text})}\n\n".encode()
+
+            return StreamingResponse(late(), media_type="text/event-stream")
         return JSONResponse({"text": text})
 
     app = Starlette(routes=[Route("/chat", chat)])
@@ -120,6 +132,7 @@ ASKED = {
     "aim-slow": {"say": "slow"},
     "aim-cut": {"say": "cut"},
     "aim-dead": {"say": "hello", "then": "dead"},
+    "aim-late": {"say": "hello", "then": "dawdle"},
 }
 
 
@@ -137,8 +150,8 @@ def _run(served: str, events: CvdiagEvents, aimock: str, tmp_path: Path) -> tupl
     return log, journal
 
 
-def _verdict(test_id: str, *files: Path) -> dict[str, Any]:
-    done = cvdiag("classify", test_id, *map(str, files), "--json")
+def _verdict(test_id: str, *files: Path, timeout: str = "60") -> dict[str, Any]:
+    done = cvdiag("classify", test_id, *map(str, files), "--json", "--first-token-timeout", timeout)
     assert done.returncode in (0, 1), done.stderr
     verdict: dict[str, Any] = json.loads(done.stdout)
     return verdict
@@ -173,6 +186,13 @@ def test_each_cause_named_from_the_mocks_layer(
         assert dead["flap_class"] == "provider-error", dead["reason"]
         assert "never reached the mock" in dead["reason"]
         assert dead["evidence"]["mock_requests"] == 1
+        # The backend slow after the mock answered at once: the backend's wait, the mock cleared.
+        late = _verdict("aim-late", log, journal, timeout=DAWDLE_TIMEOUT_S)
+        assert late["flap_class"] == "slow-first-token", late["reason"]
+        assert "the time after was the backend's, not the mock's" in late["reason"]
+        alone = _verdict("aim-late", log, timeout=DAWDLE_TIMEOUT_S)
+        assert alone["flap_class"] == "slow-first-token", alone["reason"]
+        assert "mock" not in alone["reason"]
 
 
 def test_without_the_journal_verdicts_stay_the_backends(
@@ -184,12 +204,19 @@ def test_without_the_journal_verdicts_stay_the_backends(
         assert "aimock" not in alone["layers"]
         assert "mock_request" not in alone["evidence"]
         assert "journal" not in alone["reason"]
-    # The mismatch the backend's view names too, the cut as the backend's transport error.
-    assert _verdict("aim-nope", log)["flap_class"] == "mock-fixture-mismatch"
-    assert "mock" not in _verdict("aim-cut", log)["reason"]
-    assert _verdict("aim-slow", log)["flap_class"] != "slow-first-token" or (
-        "mock" not in _verdict("aim-slow", log)["reason"]
-    )
+    # What the backend's lines alone say (issue 48's measure): the mismatch from the mock's
+    # error code, the cut and the refused call as transport errors, the slow mock as a stall.
+    expected = {
+        "aim-hello": "healthy",
+        "aim-gentle": "healthy",
+        "aim-nope": "mock-fixture-mismatch",
+        "aim-slow": "stalled-backend",
+        "aim-cut": "provider-error",
+        "aim-dead": "provider-error",
+        "aim-late": "healthy",
+    }
+    assert {t: _verdict(t, log)["flap_class"] for t in ASKED} == expected
+    assert "mock LLM provider" not in _verdict("aim-cut", log)["reason"]
 
 
 def test_ls_report_and_flakes_read_the_journal(
