@@ -232,9 +232,7 @@ def provider(rows: Sequence[Row], lanes: dict[str, Lane]) -> None:
         at = min(row.offset_ms for row in mine)
         parent = entry.call if entry.call in lanes else None
         matched = entry.fixture or "no fixture"
-        label = (
-            f"mock provider {text(entry.method, 10)} {text(entry.path, 60)}: {text(matched, 80)}"
-        )
+        label = f"{text(entry.method, 10)} {text(entry.path, 60)}: {text(matched, 80)}"
         lane = _put(lanes, Lane("provider", entry.span, parent, label, at, end=at))
         timing = entry.timing()
         said = f"{'matched ' + text(matched, 80) if entry.matched else 'no fixture matched'}"
