@@ -61,13 +61,15 @@ _TEST_ID_QUERY: Final = re.compile(r"[?&]testId=([^&#]*)")
 
 def looks_like_journal(head: bytes) -> bool:
     """Whether a file's first bytes are an aimock journal: a JSON array of objects whose first
-    one has the entry's ``timestamp`` and ``response`` (or an empty array)."""
+    one has the entry's ``timestamp`` and its ``method`` or ``response`` (or an empty array).
+    aimock writes ``id``, ``timestamp``, ``method`` first; a request body (up to 64 KB in the
+    journal) may push ``response`` far past the head."""
     found = _START.match(head)
     if found is None:
         return False
     if head[found.end() - 1 : found.end()] == b"]":
         return not head[found.end() :].strip()
-    return b'"timestamp"' in head and b'"response"' in head
+    return b'"timestamp"' in head and (b'"method"' in head or b'"response"' in head)
 
 
 def journal_lines(data: bytes) -> bytes | None:

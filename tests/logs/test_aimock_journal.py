@@ -92,6 +92,16 @@ def test_a_log_starting_with_a_bracket_is_still_a_log(tmp_path: Path) -> None:
     assert looks_like_journal(b' [ {"timestamp": 1, "response"')
 
 
+def test_a_journal_whose_first_request_is_large_is_still_a_journal(tmp_path: Path) -> None:
+    """aimock keeps request bodies up to 64 KB: the entry's response may be far past the
+    head the reader looks at."""
+    entries = json.loads(JOURNAL.read_text())
+    entries[0]["body"]["messages"].insert(0, {"role": "system", "content": "x" * 60_000})
+    big = tmp_path / "journal.json"
+    big.write_text(json.dumps(entries, separators=(",", ":")))
+    assert len(_read(big)) == len(_read(JOURNAL))
+
+
 def test_secrets_in_an_entry_never_reach_a_line() -> None:
     entry = {
         "id": "req-1",
