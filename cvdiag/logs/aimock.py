@@ -128,7 +128,7 @@ def entry_envelopes(entry: dict[str, Any], index: int = 0) -> list[dict[str, Any
         "duration_ms": None,
         "outcome": "info",
         "metadata": {
-            "path": path.split("?", 1)[0][:200] or None,
+            "path": _text(path.split("?", 1)[0], 200),
             "content_length": _int(headers.get("content-length")),
             "match_keys": _request_keys(body),
             "method": _text(entry.get("method"), 16),
