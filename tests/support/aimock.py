@@ -8,6 +8,7 @@ with one line saying why.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -36,8 +37,17 @@ def installed() -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("aimock: node or npm is not installed")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # One install at a time: CI runs several interpreters' suites side by side on one checkout.
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install(npm)
+    package = json.loads(_BIN.read_text())
+    return _BIN.parent / str(package["bin"]["llmock"])
+
+
+def _install(npm: str) -> None:
     if not _version_ok():
-        CACHE.mkdir(parents=True, exist_ok=True)
         try:
             done = subprocess.run(
                 [
@@ -59,8 +69,6 @@ def installed() -> Path:
         if done.returncode != 0 or not _version_ok():
             tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
             pytest.skip(f"aimock: npm install failed (the registry?): {tail[0][:200]}")
-    package = json.loads(_BIN.read_text())
-    return _BIN.parent / str(package["bin"]["llmock"])
 
 
 def _version_ok() -> bool:
