@@ -14,6 +14,7 @@ from cvdiag.cli.style import class_color
 from cvdiag.cli.values import test_id as normalised
 from cvdiag.compare.diff import Comparison, compare
 from cvdiag.compare.story import Story
+from cvdiag.layers.runner import Words, tell, words_of
 from cvdiag.logs.reading import Inputs, merged
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
@@ -26,8 +27,9 @@ Wanted = tuple[str, list[str]]
 
 def diff(args: argparse.Namespace) -> int:
     a, b = _wanted(args)
-    first = read_story(a, args.first_token_timeout)
-    second = read_story(b, args.first_token_timeout)
+    words = _words(args.junit) if args.junit else {}
+    first = read_story(a, args.first_token_timeout, words)
+    second = read_story(b, args.first_token_timeout, words)
     result = compare(first, second, threshold_ms=args.threshold_ms)
     out = Output(color=args.color)
     if args.json:
@@ -39,8 +41,9 @@ def diff(args: argparse.Namespace) -> int:
     return OK if result.same else NOTHING
 
 
-def read_story(wanted: Wanted, first_token_timeout: float) -> Story:
-    """The story of ``wanted``'s test id, read from its logs (only its lines are parsed)."""
+def read_story(wanted: Wanted, first_token_timeout: float, words: Words | None = None) -> Story:
+    """The story of ``wanted``'s test id, read from its logs (only its lines are parsed); what
+    the runner's JUnit said of its client timing out (``words``) where no probe wrote."""
     test_id, files = wanted
     story = Story(test_id)
     malformed = Malformations("diff")
@@ -52,7 +55,21 @@ def read_story(wanted: Wanted, first_token_timeout: float) -> Story:
     malformed.finish()
     if not story.count:
         raise Failure(f"no envelope with test id {test_id} in {', '.join(files)}", NOTHING)
+    tell(story.facts.join, words or {}, test_id)
     return story.finish(first_token_timeout=first_token_timeout)
+
+
+def _words(junit: Sequence[str]) -> Words:
+    from cvdiag.runs import JUnitError, read_junit
+
+    attempts = []
+    for path in junit:
+        try:
+            cases = read_junit(path)
+        except JUnitError as exc:
+            raise Failure(f"{path}: {exc}", 2) from None
+        attempts += [(a.test_ids, a.outcome, a.failure) for c in cases for a in c.attempts]
+    return words_of(attempts)
 
 
 def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
@@ -60,16 +77,22 @@ def _wanted(args: argparse.Namespace) -> tuple[Wanted, Wanted]:
     ids read from every log given, or with ``--junit`` a test's failing and passing attempts."""
     logs: list[str] = []
     bound: list[tuple[str, list[str] | None]] = []
+    joining: list[str] | None = None  # an ID's logs so far: a log right after them joins them
     for word in args.words:
         log, _, after = word.rpartition("#")
         if log and after and os.path.isfile(log):
             bound.append((after, [log]))
+            joining = None
         elif os.path.exists(word) or word == "-":
             logs.append(word)
             if bound and bound[-1][1] is None:
-                bound[-1] = (bound[-1][0], [word])
+                joining = [word]
+                bound[-1] = (bound[-1][0], joining)
+            elif joining is not None:  # a backend's log and its probe's: one story
+                joining.append(word)
         else:
             bound.append((word, None))
+            joining = None
     if not logs and any(files is None for _, files in bound):
         raise UsageError("diff: no log given: name one (cvdiag diff ID-A ID-B app.log)")
     if args.junit:

@@ -11,6 +11,7 @@ import orjson
 from cvdiag.cli.output import NOTHING, OK, USAGE, Failure, Malformations, Output
 from cvdiag.compare.flakes import Test, by_test, ended_well
 from cvdiag.compare.story import Story
+from cvdiag.layers.runner import Words, tell, words_of
 from cvdiag.logs.reading import Inputs, Malformed, records, written_as_is
 
 #: Failing test ids of one log up to this many are read again one by one (module-level: the
@@ -19,9 +20,9 @@ SEARCHED_ALONE = 8
 
 
 def flakes(args: argparse.Namespace) -> int:
-    names = _junit(args.junit) if args.junit else None
+    names, words = _junit(args.junit) if args.junit else (None, {})
     malformed = Malformations("flakes")
-    tests = by_test(_stories(args, malformed, names), names=names)
+    tests = by_test(_stories(args, malformed, names, words), names=names)
     malformed.finish()
     if not tests:
         raise Failure("no test's story in the logs given", NOTHING)
@@ -36,7 +37,10 @@ def flakes(args: argparse.Namespace) -> int:
 
 
 def _stories(
-    args: argparse.Namespace, malformed: Malformations, names: dict[str, tuple[str, bool]] | None
+    args: argparse.Namespace,
+    malformed: Malformations,
+    names: dict[str, tuple[str, bool]] | None,
+    words: Words,
 ) -> Iterator[tuple[str, Story]]:
     """Each log's stories, one log at a time: a run's test ids are its own (the same id in two
     logs is two attempts). The classifier's facts are gathered only for the failures, in a
@@ -56,11 +60,20 @@ def _stories(
                     if story is None:
                         story = stories[test_id] = Story(test_id, gather_facts=False, timed=False)
                     story.add(record)
-        for story in stories.values():
+        if companions and stories:  # the probe's lines of this run's test ids
+            with Inputs(companions) as inputs:
+                for item in inputs:
+                    item.numbered = False
+                    for record in records(item, _ignored, test_id=frozenset(stories)):
+                        stories[record.envelope["test_id"]].client.add(record)
+        for test_id, story in stories.items():
+            tell(story.client, words, test_id)  # what the runner said, for the facts of each
             story.finish(first_token_timeout=args.first_token_timeout)
         failing = frozenset(i for i, story in stories.items() if not _passed(story, names))
         if failing:
             _gather([name, *companions], failing, stories)
+            for test_id in failing:  # the runner's words, where no probe wrote
+                tell(stories[test_id].facts.join, words, test_id)
         for story in stories.values():
             if story.count:
                 yield name, story
@@ -107,10 +120,13 @@ def _ignored(problem: Malformed) -> None:
     pass  # the first read reported it
 
 
-def _junit(paths: list[str]) -> dict[str, tuple[str, bool]]:
+def _junit(paths: list[str]) -> tuple[dict[str, tuple[str, bool]], Words]:
+    """Test id → (its test, whether that attempt passed); and what the runner said of a client
+    that timed out, per test id."""
     from cvdiag.runs import JUnitError, read_junit
 
     names: dict[str, tuple[str, bool]] = {}
+    attempts: list[tuple[list[str], str, str]] = []
     for path in paths:
         try:
             cases = read_junit(path)
@@ -118,10 +134,11 @@ def _junit(paths: list[str]) -> dict[str, tuple[str, bool]]:
             raise Failure(f"{path}: {exc}", USAGE) from None
         for case in cases:
             for attempt in case.attempts:
+                attempts.append((attempt.test_ids, attempt.outcome, attempt.failure))
                 if attempt.outcome in ("passed", "failed"):
                     for test_id in attempt.test_ids:
                         names[test_id] = (case.name, attempt.outcome == "passed")
-    return names
+    return names, words_of(attempts)
 
 
 def render(tests: list[Test]) -> tuple[list[str], list[tuple[str, ...]]]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from cvdiag.cli.opening import names
 from cvdiag.cli.output import OK, USAGE, Failure, Malformations, OutputError, say
 from cvdiag.cli.style import Progress
+from cvdiag.layers.runner import words_of
 from cvdiag.logs.reading import STDIN, Inputs
 from cvdiag.report import Report, gather, write
 from cvdiag.report.comparison import attach
@@ -41,6 +42,9 @@ def report(args: argparse.Namespace) -> int:
             warn=lambda message: say(f"warning: report: {message}"),
             watch=watch,
             draw=drawn_ids(cases),
+            words=words_of(
+                (a.test_ids, a.outcome, a.failure) for case in cases for a in case.attempts
+            ),
         )
         # A drawn failure with a passing attempt of its test is compared with it (``diff``).
         attach(found, files, cases, first_token_timeout=args.first_token_timeout)

@@ -189,6 +189,10 @@ def _side(point: Point | None, story: Story) -> str:
             f"HTTP {facts.get('http_status')} complete at +{ms(point.at_ms)}"
             f" with {facts.get('events', 0)} events"
         )
+    if point.kind == "client":
+        timeout = facts.get("client_timeout_ms")
+        own = f" (its own {ms(timeout)} timeout)" if timeout is not None else ""
+        return f"client's side ended {facts.get('client_end')}{own} at +{ms(point.at_ms)}"
     if point.end:
         return f"ended {facts.get('outcome')} at +{ms(point.at_ms)}"
     return f"began at +{ms(point.at_ms)}"

@@ -30,7 +30,7 @@ _PER_REQUEST: Final = frozenset({"cf-ray", "x-railway-request-id", "x-hikari-tra
 
 
 def _symptom(fact: str) -> bool:
-    return fact.startswith(("provider error=", "first token later than"))
+    return fact.startswith(("provider error=", "first token later than", "the client's"))
 
 
 def ended_well(story: Story) -> bool:
@@ -82,6 +82,13 @@ def facts_of(story: Story) -> tuple[frozenset[str], str | None, float | None]:
             found.update(f"{k}: {v}"[:120] for k, v in headers.items() if k not in _PER_REQUEST)
     if story.loops():
         found.add("the same prompt sent again in one agent turn (possible loop)")
+    view = story.client.view()  # the probe's lines or the runner's words: the client's side
+    for request in view.requests if view is not None else ():
+        if request.end == "client-timeout":
+            timeout = f"{request.timeout_ms:,.0f} ms " if request.timeout_ms is not None else ""
+            found.add(f"the client's {timeout}timeout was reached")
+        elif request.end in ("network-error", "left-early"):
+            found.add(f"the client's side ended: {request.end}")
     return frozenset(found), provider, first_token
 
 

@@ -19,7 +19,9 @@ from cvdiag.diagnosis.classify import Verdict, classify
 from cvdiag.diagnosis.describe import edge_headers, number
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
-from cvdiag.logs.reading import Record
+from cvdiag.layers.join import Join
+from cvdiag.layers.split import path_of
+from cvdiag.logs.reading import Record, key_millis
 
 #: Event names kept per request: positions past this are compared by count only.
 EVENTS_KEPT: Final = 256
@@ -85,6 +87,8 @@ class Story:
         self._calls = 0
         self.end_ms = 0.0
         self.client_left_ms: float | None = None
+        #: The probe's lines alone (and a runner's words): what the client saw, on its clock.
+        self.client = Join()
         self._verdict: Verdict | None = None
         #: Set by ``finish``: the class is decided when first asked for (``flakes`` asks only
         #: for the failures': classifying is most of its time).
@@ -101,7 +105,10 @@ class Story:
         if self.gather_facts:
             self.facts.add(record)
         if boundary.startswith("probe."):
-            return  # the client's layer: in the facts, read on the backend's clock from there
+            # The client's layer: in the facts (read on the backend's clock from there), and
+            # in a join of its own for the facts ``flakes`` reads of every attempt.
+            self.client.add(record)
+            return
         if self._anchor is None:
             self._anchor = record.key  # the clock's origin, timed or not: the same offsets
         if self.timed or boundary == "backend.llm.call.start":
@@ -275,9 +282,44 @@ class Story:
             self.points.append(end)
         self._open.clear()
         self._requests.clear()
+        self._client_left()
         self.points.sort(key=_at)
         self.first_token_timeout = first_token_timeout
         return self
+
+    def _client_left(self) -> None:
+        """When the client left, by its own side (probe lines, a runner's words) when it says
+        (the backend learns it only when it next writes); and each request the client sent as
+        a point: how it ended, when its head and first event came after it was sent."""
+        joined = self._facts is not None and self._facts.join.has_probe
+        view = (self.facts.join if joined else self.client).view()
+        if view is None or self._anchor is None:
+            return
+        anchor = key_millis(self._anchor[0])
+        if view.left_ms is not None:
+            self.client_left_ms = view.left_ms - anchor
+        for request in view.requests if self.timed else ():
+            what = f"{request.method or '?'} {path_of(request.url) or '?'}"
+            seen = self._seen[f"client {what}"] = self._seen.get(f"client {what}", 0) + 1
+            at = request.end_ms or request.head_ms or request.sent_ms
+            point = Point(
+                f"client {what} #{seen} end",
+                "client",
+                True,
+                f"client {what}",
+                at - anchor if at is not None else self.end_ms,
+            )
+            point.facts["client_end"] = request.end or "none"
+            if request.timeout_ms is not None:
+                point.facts["client_timeout_ms"] = request.timeout_ms
+            sent = request.sent_ms
+            for name, value in (
+                ("client_head_ms", request.head_ms),
+                ("client_first_event_ms", request.first_event_ms),
+            ):
+                if value is not None and sent is not None:
+                    point.timings[name] = value - sent
+            self.points.append(point)
 
     @property
     def facts(self) -> Facts:

@@ -86,6 +86,13 @@ class PerTestId(Generic[T]):
         entry = self._open.get(test_id)
         if entry is not None:
             self._open.move_to_end(test_id)
+            if entry[2].backend_first is None and not env["boundary"].startswith("probe."):
+                # The backend's first line names the slug: a probe's file read first does not.
+                entry = self._open[test_id] = (
+                    entry[0],
+                    env["slug"] if slug is None else slug,
+                    entry[2],
+                )
         else:
             # Only when a test id (re)enters the open set: at most once per fold, not per line.
             if self._limit is not None and self._folded.reopen(test_id):

@@ -16,6 +16,19 @@ from cvdiag.logs.reading import Record
 
 #: Kept per kind, as ``facts.KEEP``.
 _KEEP: Final = 8
+#: The backend's envelopes the join reads (besides the ingress): what the client received
+#: after, and when each request ended.
+_ANCHORS: Final = frozenset(
+    {
+        "backend.sse.first_byte",
+        "backend.sse.event",
+        "backend.response.complete",
+        "backend.sse.aborted",
+        # The mock provider's entries pair with these (``layers.mock``).
+        "backend.llm.call.start",
+        "backend.llm.call.response",
+    }
+)
 #: A client's own ends of a stream: never the network's cut.
 _OWN_ENDS: Final = frozenset({"client-timeout", "left-early"})
 
@@ -49,13 +62,16 @@ def browser_own(facts: Holder, record: Record) -> bool:
     envelope under it): counted, handed to the join, and not the test's story."""
     env = record.envelope
     join = facts.join
-    if env["boundary"] == "backend.request.ingress":
+    boundary = env["boundary"]
+    if boundary == "backend.request.ingress":
         join.add(record)
         own = env["span_id"] in join.browser_own_requests
     else:
-        parent = env.get("parent_span_id")
-        own = isinstance(parent, str) and parent in join.browser_own_requests
-        if not own:
+        # Most logs have no browser's own request: one truth test, no lookup.
+        own = bool(join.browser_own_requests) and (
+            env.get("parent_span_id") in join.browser_own_requests
+        )
+        if not own and boundary in _ANCHORS:
             join.add(record)
     facts.browser_own += own
     return own

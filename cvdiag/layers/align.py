@@ -26,9 +26,9 @@ def shift_key(key: tuple[str, int], ms: float) -> tuple[str, int]:
 
 
 def aligned(records: Iterable[Record]) -> list[Record]:
-    """``records`` (any test ids, any layers) with each probe writer's records shifted onto its
-    backend's clock, in time order (stable: equal keys keep the order given). Records without a
-    probe layer come back as they were."""
+    """``records`` (any test ids, any layers) with each probe writer's records, and the mock
+    provider's, shifted onto its backend's clock, in time order (stable: equal keys keep the
+    order given). Records without a probe or mock layer come back as they were."""
     given = list(records)
     joins: dict[str, Join] = {}
     for record in given:

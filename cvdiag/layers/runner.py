@@ -8,7 +8,10 @@ exceeded" is the runner stopping the test, not the client giving up on a request
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from typing import Final
+
+from cvdiag.layers.join import Join
 
 _MS: Final = r"(\d{1,9}(?:\.\d+)?)\s?(ms|s)\b"
 #: Words of a client timing out, with the timeout where the words give it.
@@ -55,3 +58,28 @@ def said(timeout_ms: float | None, words: str) -> str:
         " when it sent its request is taken as when the backend got it, so the time it left is"
         " known to the network's latency"
     )
+
+
+#: Test id → what its attempt's runner said of a client timing out: (timeout ms or None, words).
+Words = dict[str, tuple[float | None, str]]
+
+
+def words_of(attempts: Iterable[tuple[Sequence[str], str, str]]) -> Words:
+    """Every failed attempt's test ids whose failure text says the client timed out, from
+    ``(test ids, outcome, failure text)`` per attempt (``cvdiag.runs`` reads them)."""
+    found: Words = {}
+    for test_ids, outcome, failure in attempts:
+        if outcome != "failed" or not failure:
+            continue
+        said = client_timeout(failure)
+        if said is not None:
+            for test_id in test_ids:
+                found.setdefault(test_id, said)
+    return found
+
+
+def tell(join: Join, words: Words, test_id: str) -> None:
+    """Hand ``join`` what the runner said of ``test_id``, if anything."""
+    said = words.get(test_id)
+    if said is not None:
+        join.runner_said(said[0], said[1])

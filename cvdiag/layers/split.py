@@ -58,7 +58,14 @@ def path_of(url: object) -> str | None:
     return url.split("?", 1)[0].split("#", 1)[0] or "/"
 
 
+#: What a browser's own request's path ends with (before any query).
+_ENDINGS: Final = (".ico", ".png", ".txt")
+
+
 def browser_own(url: object) -> bool:
     """Whether ``url`` is one a browser requests of its own accord (an icon, ``robots.txt``)."""
+    # Every ingress asks: a look at the name's end first, the pattern only for a likely one.
+    if not isinstance(url, str) or (not url.endswith(_ENDINGS) and "?" not in url):
+        return False
     path = path_of(url)
     return path is not None and _BROWSER_OWN.fullmatch(path) is not None

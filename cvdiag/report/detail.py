@@ -45,7 +45,7 @@ TABLE_ROWS: Final = KEEP + len(REPEATING) * (HEAD + TAIL + 1)
 #: The most one row of the table takes without its JSON (an offset is at most 24 characters:
 #: offsets are differences of clocks, ``duration`` words the rest).
 ROW_MAX: Final = 400 + WIDEST * (BOUNDARY_SHOWN + OUTCOME_SHOWN + SUMMARY_SHOWN)
-HEADER_MAX: Final = 1000 + WIDEST * (3 * ID_SHOWN + 2 * REASON_SHOWN)
+HEADER_MAX: Final = 1000 + WIDEST * (3 * ID_SHOWN + 3 * REASON_SHOWN)
 EVIDENCE_MAX: Final = (
     1000
     + WIDEST * (ID_SHOWN + 120)
@@ -79,6 +79,10 @@ def section(index: int, story: Story, report: Report) -> str:
     parts.append(f'<p class="verdict">{badge(verdict.flap_class)} {reason}</p>')
     if verdict.caveat:
         parts.append(f'<p class="caveat">⚠ {text(verdict.caveat, REASON_SHOWN)}</p>')
+    if verdict.layers:  # what the class rests on: the layers read, how they were joined
+        joined = f": {verdict.joined}" if verdict.joined else ""
+        rests = text(f"layers read: {' + '.join(verdict.layers)}{joined}", REASON_SHOWN)
+        parts.append(f'<p class="layers">{rests}</p>')
     first_bytes = verdict.log_tier != "default"
     drawn = lanes.build(story, first_bytes=first_bytes)
     compared = report.comparisons.get(story.test_id)

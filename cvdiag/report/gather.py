@@ -23,8 +23,10 @@ import orjson
 
 from cvdiag.compare.diff import Comparison
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
-from cvdiag.diagnosis.pertest import PerTestId, reread
+from cvdiag.diagnosis.facts import Facts
+from cvdiag.diagnosis.pertest import Fold, PerTestId, reread
 from cvdiag.diagnosis.rows import Rows
+from cvdiag.layers.runner import Words, tell
 from cvdiag.logs.inputs import Input, Inputs
 from cvdiag.logs.reading import (
     MARKER,
@@ -90,12 +92,14 @@ def gather(
     warn: Callable[[str], None] | None = None,
     watch: Callable[[Inputs], None] | None = None,
     draw: frozenset[str] = frozenset(),
+    words: Words | None = None,
 ) -> Report:
     """Read ``files`` (each one that can be read twice: no stdin) into a ``Report``.
 
     ``only`` limits the report to those test ids; ``draw`` names test ids drawn first whatever
     their class (a failed test's, whose requests may all be healthy); ``watch`` sees the inputs
-    of the first read (progress on a long read)."""
+    of the first read (progress on a long read); ``words``: what a runner's JUnit said of a
+    client that timed out, per test id, read as the client's view where no probe wrote."""
     malformed = _Count(on_malformed)
     rows = Rows(first_token_timeout)
     drops: list[Record] = []
@@ -104,7 +108,8 @@ def gather(
     if watch is not None:
         watch(sources)
     with sources as inputs:
-        seen = PerTestId(rows.fold, rows.restore, again=reread(files), warn=warn)
+        fold = rows.fold if not words else _told(rows.fold, words)
+        seen = PerTestId(fold, rows.restore, again=reread(files), warn=warn)
         for source in inputs:
             for record in records(source, malformed, test_id=only):
                 boundary = record.envelope["boundary"]
@@ -144,7 +149,7 @@ def gather(
     wanted = [row for row in listed if row["test_id"] in draw]
     others = [row for row in listed if every or row["flap_class"] != "healthy"]
     drawn = [*wanted, *(row for row in others if row["test_id"] not in draw)][:max_details]
-    stories = _stories(files, drawn, drops, first_token_timeout)
+    stories = _stories(files, drawn, drops, first_token_timeout, words or {})
     for index, (drawn_row, story) in enumerate(zip(drawn, stories, strict=True)):
         drawn_row["detail"] = index
         was = drawn_row["flap_class"]
@@ -171,8 +176,22 @@ def gather(
     )
 
 
+def _told(fold: Fold[bytes], words: Words) -> Fold[bytes]:
+    """``fold`` with the runner's words handed to each test id's facts first."""
+
+    def told(order: int, slug: str, facts: Facts) -> bytes:
+        tell(facts.join, words, facts.test_id)
+        return fold(order, slug, facts)
+
+    return told
+
+
 def _stories(
-    files: Sequence[str], drawn: list[dict[str, Any]], drops: list[Record], timeout: float
+    files: Sequence[str],
+    drawn: list[dict[str, Any]],
+    drops: list[Record],
+    timeout: float,
+    words: Words,
 ) -> list[Story]:
     """The second read: only the envelopes of the test ids drawn, merged in time order."""
     if not drawn:
@@ -187,6 +206,7 @@ def _stories(
             if not record.envelope["boundary"].startswith("cvdiag."):
                 stories[record.envelope["test_id"]].add(record)
     for story in stories.values():
+        tell(story.facts.join, words, story.test_id)
         story.finish(drops, first_token_timeout=timeout)
     return [stories[row["test_id"]] for row in drawn]
 

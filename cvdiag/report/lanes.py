@@ -76,6 +76,8 @@ def build(story: Story, *, first_bytes: bool = True) -> Waterfall:
     lanes: dict[str, Lane] = {}
     loose: list[Mark] = []
     last = max((row.offset_ms for row in rows), default=0.0)
+    probe = [row for row in rows if _env(row)["boundary"].startswith("probe.")]
+    rows = [row for row in rows if not _env(row)["boundary"].startswith("probe.")]
     for row in rows:  # requests first: at the default tier a terminal is all there is of one
         _request(row, lanes)
     for row in rows:
@@ -87,7 +89,8 @@ def build(story: Story, *, first_bytes: bool = True) -> Waterfall:
     for span, offsets in story.beats.items():
         if span in lanes:
             lanes[span].ticks = offsets
-    ordered = _ordered(list(lanes.values()))
+    ordered = _client(probe) + _ordered(list(lanes.values()))
+    last = max([last, *(row.offset_ms for row in probe)])
     origin = min([0.0, *(lane.start for lane in ordered)])
     until = max([last, *(lane.end for lane in ordered if lane.end is not None)])
     for lane in ordered:
@@ -248,6 +251,76 @@ def provider(rows: Sequence[Row], lanes: dict[str, Lane]) -> None:
         )
         kind = "aborted" if entry.interrupted else "complete" if entry.matched else "error"
         lane.marks.append(Mark(at, kind, f"the mock decided at +{at:.1f} ms: {lane.status}"))
+
+
+#: How a request ended on the client's side, as a bar's outcome.
+_CLIENT_ENDS: Final = {"client-timeout": "timeout", "network-error": "err", "left-early": "ok"}
+
+
+def _client(rows: list[Row]) -> list[Lane]:
+    """What the client saw, on the backend's clock (the story placed the probe's rows so): one
+    lane per request it sent (from its send to how it ended, its head, its first event and its
+    own timeout marked), under its session (the probe's start to its exit)."""
+    session: Lane | None = None
+    lanes: dict[int, Lane] = {}
+    for row in rows:
+        env = _env(row)
+        boundary, meta, at = env["boundary"], _meta(env), row.offset_ms
+        if boundary == "probe.start":
+            session = session or Lane("client", "probe", None, "the test (its probe)", at)
+            continue
+        if session is None:
+            session = Lane("client", "probe", None, "the test (its probe)", at)
+        index = number(meta.get("message_index"))
+        if (
+            index is None
+            or boundary in ("probe.exit", "probe.console.error")
+            or (boundary.startswith("probe.dom."))
+        ):
+            _session(session, boundary, meta, at)
+            continue
+        lane = lanes.get(int(index))
+        if lane is None:
+            lane = lanes[int(index)] = Lane("client", f"probe#{index:g}", "probe", "a request", at)
+            lane.depth = 1
+        _client_line(lane, boundary, meta, at)
+    return [session, *lanes.values()] if session is not None else []
+
+
+def _session(lane: Lane, boundary: str, meta: Mapping[str, Any], at: float) -> None:
+    if boundary == "probe.exit":
+        outcome = text(meta.get("test_outcome") or meta.get("terminal_outcome"), 24)
+        _end(lane, at, "ok" if outcome in ("passed", "ok") else "err", f"the test {outcome}")
+        lane.marks.append(Mark(at, "complete", f"the probe exited ({outcome}) at +{at:.1f} ms"))
+    elif boundary == "probe.dom.firsttoken":
+        lane.first = at
+        lane.marks.append(Mark(at, "first-byte", f"first token in the page at +{at:.1f} ms"))
+    elif boundary == "probe.console.error":
+        said = text(meta.get("message_scrubbed"), 60)
+        lane.marks.append(Mark(at, "error", f"console error at +{at:.1f} ms: {said}"))
+
+
+def _client_line(lane: Lane, boundary: str, meta: Mapping[str, Any], at: float) -> None:
+    if boundary == "probe.message.send":
+        lane.start = at
+        lane.label = f"client {text(meta.get('method'), 10)} {text(meta.get('url'), 80)}"
+        timeout = number(meta.get("timeout_ms"))
+        if timeout is not None and timeout > 0:
+            lane.marks.append(
+                Mark(at + timeout, "timeout", f"the client's {timeout:,.0f} ms timeout")
+            )
+    elif boundary == "probe.network.response":
+        lane.marks.append(Mark(at, "first-byte", f"the client got the head at +{at:.1f} ms"))
+        _end(lane, at, "ok", f"HTTP {text(meta.get('status'), 6)}")
+        lane.end = None  # the body may still come
+    elif boundary == "probe.sse.event":
+        if lane.first is None or at < lane.first:
+            lane.first = at
+            lane.marks.append(Mark(at, "first-byte", f"the client's first event at +{at:.1f} ms"))
+    elif boundary in ("probe.sse.aborted", "probe.network.error"):
+        cause = text(meta.get("cause") or meta.get("error_class"), 40)
+        _end(lane, at, _CLIENT_ENDS.get(cause, "aborted"), f"the client's side ended: {cause}")
+        lane.marks.append(Mark(at, "aborted", f"{cause} at +{at:.1f} ms"))
 
 
 def _end(lane: Lane, at: float, outcome: str, status: str) -> None:

@@ -31,6 +31,7 @@ KIND: Final = {
     "agent": "agent scope",
     "call": "LLM call",
     "provider": "mock provider",
+    "client": "client",  # what the test's client saw (the probe's lines)
 }
 #: Characters of a lane's label, its status and a mark's label shown (lanes.py words them
 #: shorter; these hold whatever it writes).
@@ -200,5 +201,7 @@ _LEGEND: Final = (
     ' x2="12" y1="0" y2="10"/></svg> aborted (dashed)</li>'
     '<li><svg viewBox="0 0 24 10" aria-hidden="true"><line class="m m-error" x1="12"'
     ' x2="12" y1="0" y2="10"/></svg> error (dotted)</li>'
+    '<li><svg viewBox="0 0 24 10" aria-hidden="true"><line class="m m-timeout" x1="12"'
+    ' x2="12" y1="0" y2="10"/></svg> the client\'s own timeout</li>'
     "</ul>"
 )

@@ -143,3 +143,27 @@ def test_the_probe_says_when_the_client_left_the_abort() -> None:
     assert verdict.flap_class == "client-abort"
     assert "its own side says it left at +3001 ms" in verdict.reason  # the send took 1 ms
     assert "when is unknown" not in verdict.reason
+
+
+def test_the_runners_words_are_the_clients_view_without_probe_lines() -> None:
+    """A JUnit text that says the client timed out after 2 s: the slow call is named, and the
+    reason says how precise the runner's words are."""
+    story, _ = slow_llm()
+    facts = classify.gather(story.test_id, by_time(records_of(("backend.log", story))))
+    facts.join.runner_said(2000.0, "Timeout 2000ms exceeded")
+    verdict = classify.classify(facts)
+    assert verdict.flap_class == "slow-first-token", verdict.reason
+    assert verdict.layers == ["backend", "junit"]
+    assert "the runner's JUnit says the client timed out after 2000 ms" in verdict.reason
+    assert "known to the network's latency" in verdict.reason
+
+
+def test_the_probes_lines_outrank_the_runners_words() -> None:
+    story, probe = slow_llm()
+    assert probe is not None
+    records = by_time(records_of(("backend.log", story), ("probe.log", probe)))
+    facts = classify.gather(story.test_id, aligned(records))
+    facts.join.runner_said(30_000.0, "Timeout 30000ms exceeded")
+    verdict = classify.classify(facts)
+    assert verdict.layers == ["backend", "probe"]
+    assert "+2000 ms (its own 2 s timeout)" in verdict.reason

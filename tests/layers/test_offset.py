@@ -102,3 +102,41 @@ def test_requests_pair_by_method_and_path_the_browsers_own_left_out() -> None:
     assert view.offset.lower <= 5000 <= view.offset.upper
     assert view.offset.upper - view.offset.lower < 20
     assert join.browser_own_requests
+
+
+def test_a_pages_own_fetch_without_an_index_is_a_request_of_its_own() -> None:
+    """A browser's probe sees the page's fetch from its head: paired with the backend's ingress
+    of the same path, it bounds the clocks from below; a line without an index or a path
+    belongs to the request seen last before it."""
+    story = Story("t-page")
+    story.ingress(0)
+    story.first_byte(5)
+    probe = Probe("t-page", skew_ms=-2_000)
+    probe.start(-100, url="http://127.0.0.1:3000/")
+    probe.emit(
+        "probe.network.response",
+        3,
+        {
+            "url": "http://127.0.0.1:8000/chat",
+            "status": 200,
+            "content_length": None,
+            "duration_ms": 4,
+        },
+    )
+    probe.emit(
+        "probe.sse.event",
+        7,
+        {"event_type": "TEXT_MESSAGE_CONTENT", "payload_size_bytes": 60, "sequence_num": 0},
+    )
+    join = Join()
+    for record in records_of(("b", story), ("p", probe)):
+        join.add(record)
+    view = join.view()
+    assert view is not None
+    assert [r.url for r in view.requests] == ["http://127.0.0.1:8000/chat"]
+    assert view.requests[0].events == 1
+    offset = view.offset
+    assert offset.upper is None
+    assert offset.lower is not None
+    assert offset.lower <= -2_000
+    assert "one side only (answers" in offset.said()
