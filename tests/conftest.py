@@ -86,6 +86,7 @@ SLOW = (
     "tests/core/test_log_scrub_uvicorn.py",
     "tests/asgi/test_last_byte.py",
     "tests/asgi/test_e2e.py",
+    "tests/e2e/test_aimock_real.py",  # the real aimock from npm, a node process
     "tests/e2e/test_mock_fixture_real.py",
     "tests/e2e/test_nginx_real.py",  # real nginx in front of uvicorn
     "tests/otel/test_bridge.py",

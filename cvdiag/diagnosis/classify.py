@@ -76,6 +76,11 @@ NEEDS: Final[dict[str, Tier]] = {
 
 _RULES: Final[tuple[tuple[str, Callable[[Context], Finding]], ...]] = (
     ("mock-fixture-mismatch", mock.mock_mismatch),
+    # The mock provider's own record (its journal) names its part before the backend's view.
+    ("provider-error", mock.mock_cut),
+    ("slow-first-token", mock.mock_slow),
+    ("provider-error", mock.never_reached),
+    ("stalled-backend", mock.never_reached_waiting),
     ("provider-rate-limited", rules.rate_limited),
     ("provider-error", rules.provider_error),
     ("edge-interference", edge.edge),
@@ -254,6 +259,10 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
         silence = silence_ms(ctx, facts.aborts[0])
         if silence is not None:
             found.facts["silence_ms"] = round(silence, 1)
+    after = mock.backend_after(ctx, name) if "mock_request" not in found.facts else None
+    if after:  # the mock's record clears it of a wait the backend's rules name
+        reason += f"; {after}"
+        found.facts["mock_answered_at_once"] = True
     deciding = [key for key in found.facts if key not in _CONTEXT_FACTS]
     layers, joined = _layers(ctx)
     if layers == ["backend"] and name == "client-abort":
@@ -277,7 +286,9 @@ def _verdict(ctx: Context, name: str, reason: str, found: Finding) -> Verdict:
 
 
 #: Evidence every verdict may carry, not what decided it.
-_CONTEXT_FACTS: Final = frozenset({"dropped_envelopes", "silence_ms", "client", "alignment"})
+_CONTEXT_FACTS: Final = frozenset(
+    {"dropped_envelopes", "silence_ms", "client", "alignment", "mock_answered_at_once"}
+)
 #: What a probe's lines would settle of a backend-only ``client-abort``, said in its reason:
 #: why the client left (its own timeout, on purpose, the network) and, when it was only found
 #: gone, when.
@@ -293,13 +304,19 @@ CLIENT_ABORT_SETTLED: Final = {
 def _layers(ctx: Context) -> tuple[list[str], str | None]:
     """The layers the verdict read, and how the client's was joined to the backend's."""
     layers = ["backend"] if ctx.facts.backend_first is not None else []
+    mock = ctx.facts.join.mock
+    if mock.has_mock:  # the mock provider's journal, on the backend's clock from its calls
+        layers.append("aimock")
+    joined = mock.offset().said() if mock.has_mock else None
     view = ctx.client
     if view is None:
-        return layers, None
+        return layers, joined
     layers.append(view.source)
     if view.source == "junit":
-        return layers, "the runner's JUnit words, on the backend's clock from its first request"
-    return layers, view.offset.said()
+        said = "the runner's JUnit words, on the backend's clock from its first request"
+    else:
+        said = view.offset.said()
+    return layers, f"{said}; {joined}" if joined else said
 
 
 def _caveat(ctx: Context, name: str, unchecked: list[str]) -> str | None:

@@ -161,7 +161,7 @@ class Facts:
             self.first = record.key
         if self.last is None or record.key > self.last:
             self.last = record.key
-        if boundary.startswith("probe."):
+        if boundary.startswith(("probe.", "aimock.")):  # the client's, the mock provider's
             add_probe(self, record, boundary, meta)
             return
         if self.backend_first is None or record.key < self.backend_first:

@@ -24,6 +24,9 @@ _ANCHORS: Final = frozenset(
         "backend.sse.event",
         "backend.response.complete",
         "backend.sse.aborted",
+        # The mock provider's entries pair with these (``layers.mock``).
+        "backend.llm.call.start",
+        "backend.llm.call.response",
     }
 )
 #: A client's own ends of a stream: never the network's cut.
@@ -41,7 +44,7 @@ class Holder(Protocol):
 
 def add_probe(facts: Holder, record: Record, boundary: str, meta: dict[str, Any]) -> None:
     facts.join.add(record)
-    if browser_url(meta.get("url")):
+    if boundary.startswith("aimock.") or browser_url(meta.get("url")):
         return
     if boundary == "probe.sse.aborted":
         own = meta.get("cause") in _OWN_ENDS or meta.get("termination_kind") == "timeout"

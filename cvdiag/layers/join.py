@@ -26,6 +26,7 @@ from cvdiag.layers.client import (
     ConsoleError,
     Request,
 )
+from cvdiag.layers.mock import MockJoin
 from cvdiag.layers.offset import Offset, bound
 from cvdiag.layers.pairing import (
     MAX_REQUESTS,
@@ -46,6 +47,8 @@ from cvdiag.logs.reading import Record, key_millis, ts_key
 MAX_CONSOLE: Final = 4
 _NONE: Final[frozenset[str]] = frozenset()
 JUNIT: Final = "junit"
+#: The mock layer of a test id with none (read only: ``Join.mock``).
+_NO_MOCK: Final = MockJoin()
 
 
 def wall_ms(record: Record) -> float:
@@ -72,7 +75,7 @@ class _Writer:
 class Join:
     """One test id's layers, gathered one envelope at a time, in any order."""
 
-    __slots__ = ("_by_span", "_ends", "_writers", "browser_own_requests")
+    __slots__ = ("_by_span", "_ends", "_mock", "_writers", "browser_own_requests")
 
     def __init__(self) -> None:
         # Made when first needed: a ``Facts`` holds a join for every test id of a large log
@@ -84,16 +87,29 @@ class Join:
         self._writers: dict[str, _Writer] | None = None
         #: Ingress spans of the browser's own requests (an icon, robots.txt).
         self.browser_own_requests: set[str] | frozenset[str] = _NONE
+        #: The mock provider's layer (``aimock.*``) and the backend's LLM calls it pairs with,
+        #: made when first needed.
+        self._mock: MockJoin | None = None
 
     @property
     def has_probe(self) -> bool:
         return bool(self._writers)
 
+    @property
+    def mock(self) -> MockJoin:
+        """The mock provider's layer: an empty one, never added to, until a line needs it."""
+        return self._mock if self._mock is not None else _NO_MOCK
+
     def add(self, record: Record) -> None:
         env = record.envelope
         boundary = env["boundary"]
-        if layer_of(env) == "probe":
+        layer = layer_of(env)
+        if layer == "probe":
             self._add_probe(record, boundary, env["metadata"])
+        elif layer == "aimock" or boundary.startswith("backend.llm.call."):
+            if self._mock is None:
+                self._mock = MockJoin()
+            self._mock.add(record)
         elif boundary.startswith("backend."):
             self._add_backend(record, boundary, env)
 

@@ -46,6 +46,31 @@ class Input:
             import gzip  # here: most logs are plain, and every command pays for its imports
 
             self.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+        self._journal()
+
+    def _journal(self) -> None:
+        """A CopilotKit aimock journal (a JSON array, ``cvdiag.logs.aimock``) is read as the
+        ``aimock.*`` lines of its entries, never skipped as a log without envelopes."""
+        try:
+            head = _peek(self.stream, BINARY_SAMPLE)
+        except (OSError, EOFError, zlib.error):
+            return  # a damaged stream: its read says so
+        if head.lstrip()[:1] != b"[":
+            return
+        from cvdiag.logs import aimock  # here: only a file starting with "[" pays for it
+
+        if not aimock.looks_like_journal(head):
+            return
+        try:
+            data = self.stream.read(aimock.MAX_JOURNAL + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise self.failed(exc) from None
+        if len(data) > aimock.MAX_JOURNAL:
+            raise InputError(
+                f"cannot read {self.name}: an aimock journal over {aimock.MAX_JOURNAL >> 20} MiB"
+            )
+        lines = aimock.journal_lines(data)
+        self.stream = io.BytesIO(data if lines is None else lines)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -20,7 +20,7 @@ from collections.abc import Generator
 
 import pytest
 
-from cvdiag.pytest_plugin import attempts, probe_log, report_page
+from cvdiag.pytest_plugin import aimock_journal, attempts, probe_log, report_page
 from cvdiag.pytest_plugin.attempts import RECORDER_KEY, ForwardedTestId, cvdiag_test_id
 from cvdiag.pytest_plugin.events import EVENTS_KEY, LOG_KEY, CvdiagEvents, cvdiag_events, replay
 from cvdiag.sinks import FileSink
@@ -70,6 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "report's)",
     )
     report_page.add_options(group)
+    aimock_journal.add_options(group)
     probe_log.add_options(group)
 
 
@@ -89,6 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(recorder, "cvdiag-runs")
     probe_log.configure(config)
     report_page.configure(config)
+    aimock_journal.configure(config)
 
 
 def _recording(config: pytest.Config) -> bool:

@@ -1,4 +1,5 @@
-"""A story as the waterfall's lanes: one per request, agent scope and LLM call.
+"""A story as the waterfall's lanes: one per request, agent scope and LLM call, and one per
+request the mock provider served (its journal's ``aimock.*`` lines), under the call that sent it.
 
 Spans pair up as the middleware writes them: a request is its ingress's span, and its first
 byte, events and terminal hang under it; an agent scope is its enter's span, closed by the next
@@ -6,6 +7,9 @@ exit under the same parent; an LLM call is its start's span, with its heartbeats
 under it. At the default tier there is no ingress or start: the bar is drawn back from the
 terminal's or response's ``duration_ms``. A bar that never ends in the log runs to its end,
 marked open. Each lane is a request, then the scopes and calls under it, in time order.
+
+The mock provider's journal holds one time per request (when it decided on a fixture), so its
+lane is that moment with the decision's marks, never a bar to an end it did not record.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from cvdiag.diagnosis.describe import number, text
+from cvdiag.layers.mock import MockJoin
 from cvdiag.report.story import Row, Story
 from cvdiag.report.style import duration
 
@@ -35,7 +40,7 @@ class Mark:
 
 @dataclasses.dataclass(slots=True)
 class Lane:
-    kind: str  # request, agent, call
+    kind: str  # request, agent, call, provider
     span: str
     parent: str | None
     label: str
@@ -77,6 +82,7 @@ def build(story: Story, *, first_bytes: bool = True) -> Waterfall:
         _request(row, lanes)
     for row in rows:
         _inside(row, lanes, loose)
+    provider(rows, lanes)
     for span, offsets in story.events.items():
         if span in lanes:
             lanes[span].events = offsets
@@ -189,6 +195,8 @@ def _inside(row: Row, lanes: dict[str, Lane], loose: list[Mark]) -> None:
         mark = Mark(at, "error", f"{text(meta.get('exception_type'), 60)} at +{at:.1f} ms")
         target = owner if owner is not None else _covering(lanes, at)
         (target.marks if target is not None else loose).append(mark)
+    elif boundary.startswith("aimock."):
+        return  # the mock provider's lane (``provider``)
     elif boundary not in (
         "backend.request.ingress",
         "backend.sse.event",
@@ -197,6 +205,52 @@ def _inside(row: Row, lanes: dict[str, Lane], loose: list[Mark]) -> None:
         target = owner if owner is not None else _covering(lanes, at)
         mark = Mark(at, "other", f"{text(boundary, 60)} at +{at:.1f} ms")
         (target.marks if target is not None else loose).append(mark)
+
+
+def provider(rows: Sequence[Row], lanes: dict[str, Lane]) -> None:
+    """A lane per request the mock provider served, under the LLM call that sent it: its one
+    moment (the decision), what it matched, how its fixture paced or cut the answer."""
+    entries: dict[str, list[Row]] = {}
+    join = MockJoin()
+    for row in rows:
+        env = _env(row)
+        boundary = env["boundary"]
+        if boundary.startswith(("aimock.", "backend.llm.call.")):
+            join.add(row.record)  # type: ignore[arg-type]  # rows here all hold a record
+        if boundary.startswith("aimock."):
+            span = (
+                env["span_id"]
+                if boundary == "aimock.request.ingress"
+                else env.get("parent_span_id")
+            )
+            if isinstance(span, str) and (span in entries or len(entries) < 64):
+                entries.setdefault(span, []).append(row)
+    view = join.view()
+    if view is None:
+        return
+    for entry in view.entries:
+        mine = entries.get(entry.span)
+        if not mine:
+            continue
+        at = min(row.offset_ms for row in mine)
+        parent = entry.call if entry.call in lanes else None
+        matched = entry.fixture or "no fixture"
+        label = f"{text(entry.method, 10)} {text(entry.path, 60)}: {text(matched, 80)}"
+        lane = _put(lanes, Lane("provider", entry.span, parent, label, at, end=at))
+        timing = entry.timing()
+        said = f"{'matched ' + text(matched, 80) if entry.matched else 'no fixture matched'}"
+        if entry.interrupted:
+            lane.outcome = "aborted"
+            said += f", cut its stream ({text(entry.interrupted, 40)})"
+        else:
+            lane.outcome = "ok" if entry.matched else "err"
+        status = f"HTTP {entry.status:.0f}" if entry.status is not None else "HTTP ?"
+        lane.status = (
+            f"{status}, {said}{'; ' + timing if timing else ''}; its answer's times are not"
+            " in the journal"
+        )
+        kind = "aborted" if entry.interrupted else "complete" if entry.matched else "error"
+        lane.marks.append(Mark(at, kind, f"the mock decided at +{at:.1f} ms: {lane.status}"))
 
 
 #: How a request ended on the client's side, as a bar's outcome.

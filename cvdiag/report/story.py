@@ -21,7 +21,7 @@ from cvdiag.diagnosis.classify import Verdict, add_drops, classify
 from cvdiag.diagnosis.facts import Facts
 from cvdiag.diagnosis.timeline import Clock
 from cvdiag.layers.align import shift_key
-from cvdiag.layers.split import is_probe
+from cvdiag.layers.split import is_probe, layer_of
 from cvdiag.logs.reading import Record
 
 #: Boundaries that repeat without bound in a long request: folded in the table.
@@ -78,7 +78,7 @@ class Story:
 
     def add(self, record: Record) -> None:
         self.facts.add(record)
-        if is_probe(record):
+        if is_probe(record) or layer_of(record.envelope) == "aimock":
             # Read on the backend's clock once every pair is in (``finish``): held till then.
             if len(self._probe) < KEEP:
                 self._probe.append(record)
@@ -150,13 +150,15 @@ class Story:
         self._tails.clear()
 
     def _place_probe(self) -> None:
-        """The probe's rows, on the backend's clock, each after the last row before it."""
+        """The probe's rows (and the mock provider's), on the backend's clock, each after the
+        last row before it."""
         if not self._probe:
             return
         offsets = self.facts.join.offsets()
+        mock = self.facts.join.mock.offset()  # the mock provider's lines, from its entries
         shifted = []
         for record in self._probe:
-            offset = offsets.get(record.source)
+            offset = offsets.get(record.source) if is_probe(record) else mock
             theta = offset.theta_ms if offset is not None else 0.0
             key = shift_key(record.key, theta) if theta else record.key
             shifted.append(Record(record.source, record.lineno, record.text, record.envelope, key))

@@ -30,6 +30,7 @@ KIND: Final = {
     "request": "request",
     "agent": "agent scope",
     "call": "LLM call",
+    "provider": "mock provider",
     "client": "client",  # what the test's client saw (the probe's lines)
 }
 #: Characters of a lane's label, its status and a mark's label shown (lanes.py words them
