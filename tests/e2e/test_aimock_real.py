@@ -28,8 +28,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from cvdiag import CvdiagMiddleware, instrument_httpx
-from cvdiag.pytest_plugin.aimock_journal import fetch
 from cvdiag.pytest_plugin import CvdiagEvents
+from cvdiag.pytest_plugin.aimock_journal import fetch
 from tests.support.aimock import serve_aimock
 from tests.support.cli import cvdiag
 from tests.support.report import report
