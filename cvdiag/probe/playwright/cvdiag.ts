@@ -147,6 +147,24 @@ const QUERY_VALUE = /([?&][^=&#\s?]+)=[^&#\s]*/g;
 /** Free text without its secrets: vendor tokens, auth schemes, secret key values, URL passwords,
  * query values, private-key blocks, long token-looking runs; cut to `maxBytes` UTF-8 bytes.
  * It leans to redaction: a probe's free text is a console message or a URL, never a join key. */
+/**
+ * Whether a key's value is a line of source code a traceback quotes, which holds no secret: a
+ * variable named as its key (`auth=auth`), an attribute of `self` or `cls`, a call
+ * (`token = get_token()`), a type (`auth: AuthTypes | None`). The rule of `_source_code` in
+ * cvdiag/scrubbing/matches.py, so a console error quoting code reads as the backend's would.
+ */
+function sourceCode(key: string, sep: string, value: string, rest: string): boolean {
+  const name = /^[A-Za-z_][A-Za-z0-9_.]*/.exec(value)?.[0] ?? "";
+  const after = value.slice(name.length) + rest;
+  const flat = (word: string) => word.toLowerCase().replace(/[_.-]/g, "");
+  if (!name) return false;
+  if (flat(name) === flat(key) && name.length === value.length) return true;
+  if (/^(self|cls)\.[A-Za-z_]/.test(name) && /^[)\]},]?/.test(after) && !/^[A-Za-z0-9]/.test(after)) return true;
+  if (after.startsWith("(")) return !/[0-9]/.test(name); // `get_token(`, never `hunter2(`
+  return sep.includes(":") && /^[A-Z][A-Za-z]*$/.test(name) && name.length === value.length
+    && [" | ", " = ", "]", "["].some((next) => rest.startsWith(next));
+}
+
 export function cvdiagScrub(text: string, maxBytes = 512): string {
   let out = String(text)
     .replace(/[\u2028\u2029\u0085\v\f]/g, " ")
@@ -160,8 +178,9 @@ export function cvdiagScrub(text: string, maxBytes = 512): string {
     .replace(SCHEME, (all, scheme: string, space: string, token: string) =>
       PROSE.has(token.toLowerCase()) ? all : `${scheme}${space}${REDACTED}`,
     )
-    .replace(SECRET_KEY, (all, key: string, sep: string, space: string, value: string) => {
+    .replace(SECRET_KEY, (all, key: string, sep: string, space: string, value: string, at: number, whole: string) => {
       if (NOT_SECRET.has(key.toLowerCase().replace(/[_.-]/g, "")) || value === REDACTED) return all;
+      if (sourceCode(key, sep, value, whole.slice(at + all.length, at + all.length + 3))) return all;
       // "auth: failed for user bob" is prose: after ": " only a value that looks like no word goes.
       const quote = /^\\*["']/.exec(value)?.[0] ?? "";
       if (space && !quote && /^[A-Za-z]{1,19}$/.test(value)) return all;
