@@ -17,6 +17,7 @@ from typing import cast
 import orjson
 import pytest
 
+from cvdiag.sinks.losses import LOGGED_IDS
 from tests.support.cli import cvdiag
 from tests.support.workers import Run, Server, Stdout, run_workers
 from tests.support.workers_app import EVENTS
@@ -140,12 +141,20 @@ def test_a_tail_lost_at_shutdown_is_said_in_the_log_and_not_counted_as_failed(
     unended = set(run.statuses) - ended
     by_writer = cut_by_writer(run)
     assert unended
-    assert by_writer == unended  # every story without its terminal, said in the log
+    # Every story without its terminal is said in the log, up to LOGGED_IDS per process (the
+    # count line says the rest): a worker that took most of the load may pass that bound.
+    assert by_writer <= unended
+    assert by_writer == unended or len(by_writer) >= LOGGED_IDS
     log = str(tmp_path / "log")
     listed = orjson.loads(cvdiag("ls", "--json", log).stdout)
     classes = {row["test_id"]: row["flap_class"] for row in listed}
     assert {classes[t] for t in by_writer} == {"cut-by-writer"}
-    assert {classes[t] for t in set(run.statuses) - by_writer} <= {"healthy", "incomplete"}
+    # A story past that bound may have lost every line (then the log's count holds it).
+    assert {classes.get(t, "lost") for t in set(run.statuses) - by_writer} <= {
+        "healthy",
+        "incomplete",
+        "lost",
+    }
     failed = orjson.loads(cvdiag("ls", "--failed", "--json", log).stdout or "[]")
     assert not by_writer & {row["test_id"] for row in failed}
     said = orjson.loads(cvdiag("classify", sorted(by_writer)[0], log, "--json").stdout)
@@ -156,7 +165,7 @@ def test_a_tail_lost_at_shutdown_is_said_in_the_log_and_not_counted_as_failed(
     assert done.returncode == 0, done.stderr
     assert f"{len(by_writer)} cut by the writer" in done.stderr
     text = page.read_text()
-    failing = sum(1 for t in run.statuses if classes[t] not in ("healthy", "cut-by-writer"))
+    failing = sum(1 for t in classes if classes[t] not in ("healthy", "cut-by-writer"))
     assert f"{failing} of {len(listed)} test ids failed; {len(by_writer)} cut by the writer" in text
 
 
