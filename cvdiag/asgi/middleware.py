@@ -49,9 +49,14 @@ from cvdiag.scopes.until_response import release
 from cvdiag.scrubbing.redact import scrub, scrub_head, scrub_text
 
 if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
     from opentelemetry.trace import Span
 
     from cvdiag.pipeline.template import RequestLines
+else:  # mypyc reads the decorator when it compiles; run as Python, it changes nothing
+
+    def mypyc_attr(**_: object) -> Any:
+        return lambda cls: cls
 
 
 def annotate_request(span: Span, ctx: RequestContext) -> None:
@@ -75,6 +80,9 @@ _TRACED: Final = frozenset({"http", "websocket"})
 _UNTRACED: Final[AbstractContextManager[tuple[Span | None, bool]]] = nullcontext((None, False))
 
 
+# Compiled, a class is closed to Python subclasses unless it says otherwise; an app's own
+# subclass (the showcase face's, cvdiag/showcase/middleware.py) must work on either build.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CvdiagMiddleware:
     """Pure-ASGI middleware emitting the request, stream and error boundaries of each request.
 
