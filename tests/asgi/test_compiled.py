@@ -78,3 +78,20 @@ def test_the_build_is_told_by_version_and_at_start() -> None:
     assert on.stderr == f"cvdiag: on at the default tier ({BUILD}), writing to stdout\n"
     off = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, env=env)
     assert off.stderr == ""
+
+
+async def test_an_apps_own_subclass_of_the_middleware_runs(cvdiag_events: CvdiagEvents) -> None:
+    # Compiled, a class is closed to Python subclasses unless it opens itself: an app that
+    # subclasses CvdiagMiddleware (as the showcase face does) must run on either build.
+    seen: list[str] = []
+
+    class Mine(CvdiagMiddleware):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            seen.append(scope["path"])
+            await super().__call__(scope, receive, send)
+
+    sink = cvdiag_events("default")
+    sent = await call(Mine(odd_app(b"data: 1\n\n")), http_scope("/mine", [(b"x-test-id", b"m")]))
+    assert sent[-1]["body"] == bytearray(b"data: end\n\n")
+    assert seen == ["/mine"]
+    assert only(list(sink.envelopes), "backend.response.complete")["test_id"] == "m"
