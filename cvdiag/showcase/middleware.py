@@ -43,7 +43,8 @@ async def _nowhere(message: Message) -> None:
 class CvdiagBackendMiddleware(CvdiagMiddleware):
     """The showcase's middleware name for cvdiag's middleware (keyword options as its)."""
 
-    _adopt = staticmethod(showcase_test_id)
+    def _adopt(self, raw: str) -> str:
+        return showcase_test_id(raw)
 
     def __init__(self, app: ASGIApp, **options: Any) -> None:
         super().__init__(app, **options)
