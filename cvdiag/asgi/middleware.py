@@ -92,7 +92,7 @@ class CvdiagMiddleware:
     app is built); given settings, the middleware owns an emitter built from them once.
     """
 
-    def _adopt(self, raw: str) -> str:
+    def _adopt(self, raw: str | bytes | None) -> str:
         """An inbound test id as the request's: a UUIDv7 as-is, else a join key. The showcase
         face's override mints a UUIDv7 (a method: compiled, no class attribute is overridden)."""
         return adopt_test_id(raw)

@@ -43,7 +43,7 @@ async def _nowhere(message: Message) -> None:
 class CvdiagBackendMiddleware(CvdiagMiddleware):
     """The showcase's middleware name for cvdiag's middleware (keyword options as its)."""
 
-    def _adopt(self, raw: str) -> str:
+    def _adopt(self, raw: str | bytes | None) -> str:
         return showcase_test_id(raw)
 
     def __init__(self, app: ASGIApp, **options: Any) -> None:
