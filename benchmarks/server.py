@@ -1,7 +1,9 @@
 """What cvdiag costs on a real server: uvicorn under wrk, the server's CPU per request.
 
 Run: ``python benchmarks/server.py [--rounds 5] [--seconds 5] [--connections 32] [--json]``;
-``--only default,bare`` and ``--routes sse`` pick variants and routes. Needs uvicorn with uvloop
+``--only default,bare`` and ``--routes sse`` pick variants and routes; ``--build compiled
+--python VENV/bin/python`` serves the compiled wheel installed there instead of this checkout's
+sources (``BUILDS``). Needs uvicorn with uvloop
 and httptools (``pip install 'uvicorn[standard]'``), asgi-correlation-id, sse-starlette, the
 OpenTelemetry SDK and ASGI instrumentation, and Debian's ``wrk``.
 
@@ -37,6 +39,12 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: Which cvdiag a server runs (``--build``): ``pure``, this checkout's sources, put first on the
+#: server's path (whatever the interpreter has installed); ``compiled``, the cvdiag installed in
+#: ``--python``'s environment, which must be the compiled wheel (docs/installing.md). The server
+#: refuses to start on any other build than the one asked for (``server_app.build``).
+BUILDS = ("pure", "compiled")
 VARIANTS = (
     "bare", "off", "default", "verbose", "debug", "floor", "correlation", "accesslog", "otel"
 )  # fmt: skip
@@ -88,8 +96,17 @@ def _logging(variant: str) -> list[str]:
 class Server:
     """One uvicorn worker serving one variant, its stdout a file."""
 
-    def __init__(self, variant: str, folder: Path, wrapper: list[str] | None = None) -> None:
-        """``wrapper``: a command the server runs under (valgrind), instead of a CPU pin.
+    def __init__(
+        self,
+        variant: str,
+        folder: Path,
+        wrapper: list[str] | None = None,
+        *,
+        build: str = "pure",
+        python: str = sys.executable,
+    ) -> None:
+        """``wrapper``: a command the server runs under (valgrind), instead of a CPU pin;
+        ``build`` and ``python``: which cvdiag it runs, on which interpreter (``BUILDS``).
 
         A free port is only free until someone binds it: on a machine where other servers start
         (a test suite beside this one) another may take it first, and a check that only connects
@@ -99,13 +116,14 @@ class Server:
         self.token = secrets.token_hex(8)
         env = {**os.environ, "BENCH_VARIANT": variant, "BENCH_TOKEN": self.token}
         env = {k: v for k, v in env.items() if not k.startswith("CVDIAG_")}
-        env["PYTHONPATH"] = str(HERE)
+        env["BENCH_BUILD"] = build
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), *([str(ROOT)] if build == "pure" else [])])
         for _ in range(3):
             self.port = _free_port()
             self.log = folder / f"{variant}-{self.port}.log"
             command = [
                 *(_pin(0) if wrapper is None else wrapper),
-                sys.executable, "-m", "uvicorn", "server_app:build", "--factory",
+                python, "-m", "uvicorn", "server_app:build", "--factory",
                 "--port", str(self.port), "--loop", "uvloop", "--http", "httptools",
                 *_logging(variant),
             ]  # fmt: skip
@@ -199,7 +217,7 @@ def _parse(out: str) -> dict[str, float]:
 
 
 def measure(variant: str, route: str, args: argparse.Namespace, folder: Path) -> dict[str, float]:
-    server = Server(variant, folder)
+    server = Server(variant, folder, build=args.build, python=args.python)
     warm = 0.0
     try:
         if args.warmup:  # imports, caches and the first requests' allocations
@@ -246,6 +264,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="seconds of load before measuring")
     parser.add_argument("--only", default=",".join(VARIANTS))
     parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--build", choices=BUILDS, default="pure", help="which cvdiag to serve")
+    parser.add_argument("--python", default=sys.executable, help="the servers' interpreter")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     variants = [v for v in args.only.split(",") if v]

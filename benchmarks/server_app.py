@@ -74,6 +74,13 @@ async def whoami(request: Request) -> Response:
 def build() -> Any:
     """The app for ``BENCH_VARIANT`` (uvicorn ``--factory``)."""
     variant = os.environ.get("BENCH_VARIANT", "bare")
+    wanted = os.environ.get("BENCH_BUILD")
+    if wanted is not None:  # every variant: the floor mints and stamps with cvdiag's code too
+        from cvdiag.core.version import BUILD
+
+        found = "compiled" if BUILD == "compiled" else "pure"
+        if found != wanted:
+            raise SystemExit(f"asked to serve the {wanted} build, found the {found} one")
     app: Any = Starlette(
         routes=[
             Route("/json", small_json),

@@ -2,8 +2,15 @@
 disturb.
 
 Run: ``python benchmarks/server_instructions.py [--requests 600] [--only default,bare]
-[--routes json,sse,agent] [--once] [--json]``. Needs valgrind (Debian's package) beside what
-``benchmarks/server.py`` needs, and httpx.
+[--routes json,sse,agent] [--builds pure,compiled] [--python VENV/bin/python] [--once]
+[--json]``. Needs valgrind (Debian's package) beside what ``benchmarks/server.py`` needs, and
+httpx.
+
+``--builds`` counts each build in the same run, every variant served by the same interpreter
+(``--python``; the running one by default): ``pure``, this checkout's sources, and
+``compiled``, the compiled wheel installed in that interpreter's environment (``pip install``
+it there, docs/installing.md). A build's ratios are to its own bare app. With one build the
+JSON is ``{route: {variant: row}}``; with several, ``{build: {route: {variant: row}}}``.
 
 Timing a server on a machine other work shares moves every figure by tens of percent from one
 run to the next. Instructions do not move: each variant's server (``server_app.py``, uvicorn
@@ -35,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from server import BODY, ROUTES, VARIANTS, Server
+from server import BODY, BUILDS, ROUTES, VARIANTS, Server
 
 _CLIENT = """
 import sys, httpx
@@ -51,12 +58,12 @@ with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
 """
 
 
-def count(variant: str, route: str, requests: int, folder: Path) -> int:
+def count(variant: str, route: str, folder: Path, build: str, python: str, *, requests: int) -> int:
     """The instructions the server executed while it served ``requests``: callgrind starts with
     its counting off, is switched on once the server answers and off once the client is done."""
-    out = folder / f"callgrind.{variant}.{route}.{requests}"
+    out = folder / f"callgrind.{build}.{variant}.{route}.{requests}"
     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
-    server = Server(variant, folder, wrapper=wrapper)
+    server = Server(variant, folder, wrapper=wrapper, build=build, python=python)
     try:
         _counting(server, "on")
         command = [
@@ -93,35 +100,50 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(VARIANTS))
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--once", action="store_true", help="one run per variant (a smoke run)")
+    parser.add_argument("--builds", default="pure", help=f"any of {', '.join(BUILDS)}")
+    parser.add_argument("--python", default=sys.executable, help="the servers' interpreter")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    builds = [b for b in args.builds.split(",") if b]
+    if not builds or set(builds) - set(BUILDS):
+        raise SystemExit(f"--builds takes {', '.join(BUILDS)}, not {args.builds!r}")
     variants = [v for v in args.only.split(",") if v]
     if "bare" not in variants:
         variants.insert(0, "bare")
     few, many = max(1, args.requests // 6), args.requests
-    table: dict[str, Any] = {}
+    tables: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cvdiag-instructions-") as name:
         folder = Path(name)
         for route in [r for r in args.routes.split(",") if r]:
-            for variant in variants:
-                if args.once:
-                    per_request = count(variant, route, many, folder) / many
-                else:
-                    spent = count(variant, route, many, folder) - count(variant, route, few, folder)
-                    per_request = spent / (many - few)
-                table.setdefault(route, {})[variant] = {"instructions": per_request}
-            bare = table[route]["bare"]["instructions"]
-            for row in table[route].values():
-                row["ratio"] = row["instructions"] / bare
+            # The builds side by side, route by route: the minutes one route takes pass alike
+            # for both, should the machine's load change.
+            for build in builds:
+                table = tables.setdefault(build, {})
+                for variant in variants:
+                    served = (variant, route, folder, build, args.python)
+                    if args.once:
+                        per_request = count(*served, requests=many) / many
+                    else:
+                        spent = count(*served, requests=many) - count(*served, requests=few)
+                        per_request = spent / (many - few)
+                    table.setdefault(route, {})[variant] = {"instructions": per_request}
+                bare = table[route]["bare"]["instructions"]
+                for row in table[route].values():
+                    row["ratio"] = row["instructions"] / bare
     if args.json:
-        print(orjson.dumps(table, option=orjson.OPT_INDENT_2).decode())
+        shown = tables[builds[0]] if len(builds) == 1 else tables
+        print(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode())
         return
-    print("route   variant      instructions/request  ratio")
-    for route, rows in table.items():
-        for variant, row in rows.items():
-            print(f"{route:<7} {variant:<12} {row['instructions']:>20,.0f}  {row['ratio']:.3f}")
+    print("build     route   variant      instructions/request  ratio")
+    for build, table in tables.items():
+        for route, rows in table.items():
+            for variant, row in rows.items():
+                print(
+                    f"{build:<9} {route:<7} {variant:<12} {row['instructions']:>20,.0f}"
+                    f"  {row['ratio']:.3f}"
+                )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,14 @@ from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS, Tier
 from cvdiag.scopes.until_response import release
 from cvdiag.scrubbing.redact import scrub, scrub_head, scrub_text
 
+try:  # mypyc reads the decorator when it compiles; run, it changes nothing, and is optional
+    from mypy_extensions import mypyc_attr
+except ImportError:  # not a dependency (a TYPE_CHECKING else-branch would raise, compiled)
+
+    def mypyc_attr(*_: object, **__: object) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
@@ -75,6 +83,8 @@ _TRACED: Final = frozenset({"http", "websocket"})
 _UNTRACED: Final[AbstractContextManager[tuple[Span | None, bool]]] = nullcontext((None, False))
 
 
+# Compiled, a class takes no Python subclass unless it says so: an app's own must work too.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CvdiagMiddleware:
     """Pure-ASGI middleware emitting the request, stream and error boundaries of each request.
 
@@ -82,9 +92,10 @@ class CvdiagMiddleware:
     app is built); given settings, the middleware owns an emitter built from them once.
     """
 
-    #: How an inbound test id becomes the request's: a UUIDv7 as-is, else a join key
-    #: (``cvdiag.schema.ids``). The showcase face (cvdiag/showcase/) mints a UUIDv7 instead.
-    _adopt = staticmethod(adopt_test_id)
+    def _adopt(self, raw: str | bytes | None) -> str:
+        """An inbound test id as the request's: a UUIDv7 as-is, else a join key. The showcase
+        face's override mints a UUIDv7 (a method: compiled, no class attribute is overridden)."""
+        return adopt_test_id(raw)
 
     def __init__(
         self,

@@ -70,9 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             if words == ["--version"]:  # what argparse prints, without building every parser
-                from cvdiag.core.version import __version__
+                from cvdiag.core.version import BUILD, __version__
 
-                output.printed(f"cvdiag {__version__}\n")
+                output.printed(f"cvdiag {__version__} ({BUILD})\n")
                 code: int = output.OK
             else:
                 from cvdiag.cli.arguments import parse

@@ -30,7 +30,7 @@ from cvdiag.cli.values import (
     test_id,
     tier,
 )
-from cvdiag.core.version import __version__
+from cvdiag.core.version import BUILD, __version__
 from cvdiag.diagnosis.classes import CLASSES, DEFAULT_FIRST_TOKEN_TIMEOUT
 
 TYPE_CHECKING = False  # typing costs the command's start-up 5 ms: see cvdiag/cli/__init__.py
@@ -344,7 +344,7 @@ def build() -> Parser:
         " example.\n" + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"cvdiag {__version__}")
+    parser.add_argument("--version", action="version", version=f"cvdiag {__version__} ({BUILD})")
     return parser
 
 

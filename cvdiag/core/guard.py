@@ -8,6 +8,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 
+from cvdiag.core.version import BUILD
+
 _lock = threading.Lock()
 _reported: set[str] = set()
 #: Process-wide counts of cvdiag's own failures, by kind (``emit``, ``sink``, ``middleware`` …).
@@ -45,14 +47,15 @@ _announced = False
 
 
 def announce_once(tier: str, sinks: Iterable[object]) -> None:
-    """Once per process, when the environment turned emission on: the tier and the sinks, on
-    stderr (stdout stays envelopes only)."""
+    """Once per process, when the environment turned emission on: the tier, the build (compiled
+    or pure Python, docs/installing.md) and the sinks, on stderr (stdout stays envelopes only).
+    Off, nothing is said."""
     global _announced
     if _announced:
         return
     _announced = True
     names = ", ".join(_sink_name(sink) for sink in sinks)
-    say(f"on at the {tier} tier, writing to {names}")
+    say(f"on at the {tier} tier ({BUILD}), writing to {names}")
 
 
 def _sink_name(sink: object) -> str:

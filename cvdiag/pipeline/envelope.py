@@ -92,9 +92,10 @@ def ms_between(start: float, end: float) -> int:
     return max(0, round((end - start) * 1000))
 
 
-def wire_duration(value: float | int | None) -> int | None:
+def wire_duration(value: Any) -> int | None:
     """A producer's ``duration_ms`` as the wire takes it: whole, finite, never negative, or
-    None for what is no duration."""
+    None for what is no duration. ``Any``: compiled, a narrower type would refuse the odd
+    values pure Python reads as no duration (tests/reliability/test_hostile.py)."""
     if value is None:
         return None
     try:

@@ -45,7 +45,8 @@ class CvdiagBackendMiddleware(CvdiagMiddleware):
 
     # No ``__init__`` of its own: ``CvdiagMiddleware``'s keyword options, typed, are what
     # ``app.add_middleware(CvdiagBackendMiddleware, ...)`` is checked against under mypy.
-    _adopt = staticmethod(showcase_test_id)
+    def _adopt(self, raw: str | bytes | None) -> str:
+        return showcase_test_id(raw)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         face_emitter()  # the flag as this request comes in

@@ -4,12 +4,16 @@ compiled wheel as well as against the sources."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from cvdiag import CvdiagMiddleware
+from cvdiag import CvdiagMiddleware, __version__
 from cvdiag.core.guard import failures
+from cvdiag.core.version import BUILD
 from cvdiag.pytest_plugin import CvdiagEvents
 from tests.support.asgi_apps import call, http_scope, only
 from tests.support.compiled import EXPECTED, REQUEST_PATH, compiled
@@ -52,3 +56,42 @@ async def test_odd_but_readable_messages_are_counted_not_refused(
     assert complete["test_id"] == "odd-run"
     assert complete["metadata"]["sse_event_count"] == 4
     assert complete["metadata"]["content_length"] == 4 * len(b"data: 1\n\n") + 2
+
+
+def test_the_build_is_told_by_version_and_at_start() -> None:
+    # What a user reads to tell the builds apart (docs/installing.md): `cvdiag --version`, and
+    # the startup line once the environment turns cvdiag on; both name the build that runs.
+    wanted = "compiled" if EXPECTED else "pure Python"
+    assert wanted == BUILD
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CVDIAG_")}
+    shown = subprocess.run(
+        [sys.executable, "-m", "cvdiag", "--version"], capture_output=True, text=True, env=env
+    )
+    assert shown.stdout == f"cvdiag {__version__} ({BUILD})\n"
+    start = "from cvdiag.pipeline.emitter import get_emitter; get_emitter(); get_emitter()"
+    on = subprocess.run(
+        [sys.executable, "-c", start],
+        capture_output=True,
+        text=True,
+        env={**env, "CVDIAG_BACKEND_EMITTER": "1"},
+    )
+    assert on.stderr == f"cvdiag: on at the default tier ({BUILD}), writing to stdout\n"
+    off = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, env=env)
+    assert off.stderr == ""
+
+
+async def test_an_apps_own_subclass_of_the_middleware_runs(cvdiag_events: CvdiagEvents) -> None:
+    # Compiled, a class is closed to Python subclasses unless it opens itself: an app that
+    # subclasses CvdiagMiddleware (as the showcase face does) must run on either build.
+    seen: list[str] = []
+
+    class Mine(CvdiagMiddleware):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            seen.append(scope["path"])
+            await super().__call__(scope, receive, send)
+
+    sink = cvdiag_events("default")
+    sent = await call(Mine(odd_app(b"data: 1\n\n")), http_scope("/mine", [(b"x-test-id", b"m")]))
+    assert sent[-1]["body"] == bytearray(b"data: end\n\n")
+    assert seen == ["/mine"]
+    assert only(list(sink.envelopes), "backend.response.complete")["test_id"] == "m"

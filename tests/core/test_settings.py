@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.core.settings import DEBUG_ENVIRONMENTS, environment_problems
+from cvdiag.core.version import BUILD
 from cvdiag.schema.vocabulary import Tier
 
 
@@ -186,7 +187,7 @@ def test_emission_on_says_its_tier_and_sinks_on_stderr_only() -> None:
         "from cvdiag import configure\nconfigure()\n"
     )
     err = _stderr_of(code, CVDIAG_BACKEND_EMITTER="1", CVDIAG_VERBOSE="1")
-    assert err.splitlines() == ["cvdiag: on at the verbose tier, writing to stdout"]
+    assert err.splitlines() == [f"cvdiag: on at the verbose tier ({BUILD}), writing to stdout"]
     assert _stderr_of(code) == ""
 
 

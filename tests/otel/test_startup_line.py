@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from cvdiag.core.version import BUILD
 from cvdiag.otel.bridge import LATE, NOT_EXPORTING
 
-STARTED = "cvdiag: on at the default tier, writing to stdout"
+STARTED = f"cvdiag: on at the default tier ({BUILD}), writing to stdout"
 CLAIM = f"{STARTED}, opentelemetry span events"
 
 _SCRIPT = """
@@ -68,6 +69,8 @@ def _run(tmp_path: Path, when: str) -> list[str]:
         "PATH": os.environ.get("PATH", ""),
         "CVDIAG_BACKEND_EMITTER": "1",
         "CVDIAG_OTEL": "1",
+        # The cvdiag under test, where a checkout is put ahead of an installed one.
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
     }
     done = subprocess.run(
         [sys.executable, str(script), when],

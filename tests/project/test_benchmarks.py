@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.compiled import COMPILED
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -47,6 +49,11 @@ EMIT = [
     "uuid6.uuid7() (was cvdiag's)",
     "cvdiag.schema.ids.new_uuid7()",
 ]
+
+
+#: The build the servers run: the one under test (a checkout holding the compiled build's
+#: extensions, as CI's compiled stage runs from, is no pure build).
+BUILD = "compiled" if COMPILED else "pure"
 
 
 def run(script: str, *args: str) -> dict[str, Any]:
@@ -139,7 +146,7 @@ def test_server_benchmark_runs() -> None:
     access log its one per request."""
     result = run(
         "server.py", "--rounds", "1", "--seconds", "1", "--warmup", "0",
-        "--connections", "4", "--routes", "agent",
+        "--connections", "4", "--routes", "agent", "--build", BUILD,
     )  # fmt: skip
     assert set(result["agent"]) == set(SERVER)
     for variant, row in result["agent"].items():
@@ -178,7 +185,7 @@ def test_server_instructions_benchmark_runs() -> None:
     counting off, so a bare request counts a few hundred thousand, and the default tier's more."""
     result = run(
         "server_instructions.py", "--requests", "12", "--only", "default", "--routes", "json",
-        "--once",
+        "--once", "--builds", BUILD,
     )  # fmt: skip
     rows = result["json"]
     assert set(rows) == {"bare", "default"}
@@ -205,7 +212,7 @@ def test_the_server_benchmark_never_measures_a_server_that_took_its_port(
         ports = iter([taken.getsockname()[1]])
         real = bench._free_port
         monkeypatch.setattr(bench, "_free_port", lambda: next(ports, None) or real())
-        started = bench.Server("bare", tmp_path)
+        started = bench.Server("bare", tmp_path, build=BUILD)
         try:
             assert started.port != taken.getsockname()[1]
             with socket.create_connection(("127.0.0.1", started.port)) as sock:

@@ -6,6 +6,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 import cvdiag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +90,27 @@ def test_rules_installed_before_the_first_scrub_are_the_ones_in_force() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[REDACTED] sk-test-123456789abc", result.stderr
+
+
+def test_the_release_builds_the_compiled_wheels_the_docs_promise() -> None:
+    # docs/installing.md's table of what pip picks: compiled for CPython 3.10-3.13 on Linux
+    # (manylinux and musllinux by cibuildwheel's default, both architectures) and macOS, with
+    # the mypyc hook on; every compiled module is one tests/support/compiled.py checks.
+    tomllib = pytest.importorskip("tomllib")  # 3.11+; the other interpreters run it
+    from tests.support.compiled import REQUEST_PATH
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    release = project["tool"]["cibuildwheel"]
+    assert release["build"] == ["cp310-*", "cp311-*", "cp312-*", "cp313-*"]
+    assert release["environment"] == {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"}
+    assert not {"*-manylinux*", "*-musllinux*", "*-macosx*"} & set(release["skip"])
+    assert release["linux"]["archs"] == ["x86_64", "aarch64"]
+    assert release["macos"]["archs"] == ["x86_64", "arm64"]
+    assert "BUILD == 'compiled'" in release["test-command"]
+    hook = project["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    assert hook["enable-by-default"] is False  # a plain build is the pure py3-none-any wheel
+    outside = [name for name in REQUEST_PATH if not name.startswith("cvdiag.asgi.")]
+    listed = {f"/{name.replace('.', '/')}.py" for name in outside}
+    assert set(hook["include"]) == {"/cvdiag/asgi", *listed}
+    asgi = {p.stem for p in (ROOT / "cvdiag" / "asgi").glob("*.py")} - {"__init__"}
+    assert {f"cvdiag.asgi.{stem}" for stem in asgi} <= set(REQUEST_PATH)
