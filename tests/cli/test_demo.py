@@ -16,6 +16,7 @@ import pytest
 
 from cvdiag.cli.demo import FAKE_API_KEY, SCENARIOS, DemoUnavailable, run
 from cvdiag.sinks import FileSink
+from cvdiag.sinks.exit_flush import flush_all, live_sinks
 
 _SGR = re.compile("\x1b\\[[0-9;]*m")
 
@@ -142,7 +143,7 @@ def test_a_stdout_it_cannot_write_is_one_line_and_exit_2(tmp_path: Path) -> None
 
 
 def test_a_log_that_fills_up_fails_the_demo_and_stops_its_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The log takes the demo's first byte, then the disk fills: the sink counts the lost lines
     # (as it must in a host), and the demo, which would read back a wrong story, stops.
@@ -156,6 +157,11 @@ def test_a_log_that_fills_up_fails_the_demo_and_stops_its_server(
     ):
         run(out=io.StringIO(), log=str(log), report=None)
     assert not [t for t in threading.enumerate() if t.name == "cvdiag-demo-server"]
+    # The exit flush's line about the lost lines, said now and checked (never at the suite's
+    # exit, where a reader takes it for a failure).
+    capsys.readouterr()
+    flush_all(timeout=0, sinks=[s for s in live_sinks if getattr(s, "path", None) == str(log)])
+    assert "envelopes not written (write failed)" in capsys.readouterr().err
 
 
 def test_every_missing_dependency_is_named_with_how_to_install_it(tmp_path: Path) -> None:

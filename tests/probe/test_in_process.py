@@ -17,6 +17,7 @@ from cvdiag.core.guard import failures
 from cvdiag.probe import ProbeWriter, install, uninstall
 from cvdiag.probe.events import EventCounter
 from cvdiag.schema.ids import new_uuid7
+from cvdiag.sinks.exit_flush import flush_all, live_sinks
 from tests.probe.conftest import Probe
 from tests.support.probe_backend import app
 
@@ -100,7 +101,9 @@ async def test_a_hostile_test_id_header(probe: Probe, raw: bytes) -> None:
     assert all(len(env["test_id"]) <= 128 for env in lines)
 
 
-async def test_an_unwritable_probe_log_costs_the_test_nothing(tmp_path: Path) -> None:
+async def test_an_unwritable_probe_log_costs_the_test_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     writer = ProbeWriter(tmp_path, sinks=None)  # a folder: no file can be opened there
     install(writer)
     before = failures["sink"]
@@ -113,6 +116,13 @@ async def test_an_unwritable_probe_log_costs_the_test_nothing(tmp_path: Path) ->
         uninstall()
         writer.close()
     assert failures["sink"] > before
+    # The exit flush's line about the lost lines, said now and checked (never at the suite's
+    # exit, where a reader takes it for a failure).
+    capsys.readouterr()
+    flush_all(
+        timeout=0, sinks=[s for s in live_sinks if getattr(s, "path", "").startswith(str(tmp_path))]
+    )
+    assert "envelopes not written (write failed)" in capsys.readouterr().err
 
 
 def sse(events: list[tuple[str, bytes]], newline: bytes) -> bytes:
