@@ -28,6 +28,8 @@ from typing import Any, Final
 
 import orjson
 
+from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS
+
 #: The most a journal file may hold: aimock keeps 1000 entries by default, each body capped.
 MAX_JOURNAL: Final = 64 << 20
 #: Entries read from one journal; the rest are counted in no line (a journal past this is not
@@ -36,17 +38,6 @@ MAX_ENTRIES: Final = 100_000
 #: The fixture's match and the request's last user message, at most this many characters.
 TEXT_LIMIT: Final = 160
 SLUG: Final = "aimock"
-_EDGE: Final = (
-    "cf-ray",
-    "cf-mitigated",
-    "cf-cache-status",
-    "x-railway-edge",
-    "x-railway-request-id",
-    "x-hikari-trace",
-    "retry-after",
-    "via",
-    "server",
-)
 #: A journal's start: an array whose first item is an object (or an empty array).
 _START: Final = re.compile(rb"\s*\[\s*(?:\{|\])")
 #: The fixture keys that say how the mock streams, copied as extensions.
@@ -116,7 +107,7 @@ def entry_envelopes(entry: dict[str, Any], index: int = 0) -> list[dict[str, Any
         "slug": SLUG,
         "demo": SLUG,
         "ts": _ts(float(stamp)),
-        "edge_headers": dict.fromkeys(_EDGE),
+        "edge_headers": dict.fromkeys(EDGE_HEADER_KEYS),
     }
     mono = int(float(stamp) * 1_000_000)
     ingress = {
