@@ -143,6 +143,29 @@ SLOW = (
 )
 
 
+#: The request path's tests (``-m request_path``): what the middleware, the context helpers, the
+#: pipeline and the sinks do inside a host, the code the compiled wheel compiles or runs beside
+#: it, quick or slow, real servers included. CI runs them against each interpreter's compiled
+#: wheel, with the quick subset of everything else (``-m "request_path or not slow"``); the
+#: reading side (the CLI, the report, the diagnosis) is pure Python on every build, and its slow
+#: tests run once, in the Quickstart's whole suite.
+REQUEST_PATH = (
+    "tests/asgi/",
+    "tests/core/",
+    "tests/otel/",
+    "tests/outbound/",
+    "tests/pipeline/",
+    "tests/providers/",
+    "tests/reliability/",
+    "tests/scopes/",
+    "tests/showcase_integration/",
+    "tests/sinks/",
+    "tests/e2e/test_stories.py",  # the stories real servers write, every shape of stream
+    "tests/e2e/test_protocol_real.py",
+    "tests/e2e/test_nginx_real.py",  # the middleware behind a real proxy
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """cvdiag's bytecode compiled once, before any worker starts, as installing a package compiles
     it: the suite starts hundreds of processes that import cvdiag (the CLI, servers, examples),
@@ -223,6 +246,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     test = item.nodeid.split("[")[0]
+    if item.nodeid.startswith(REQUEST_PATH):
+        item.add_marker(pytest.mark.request_path)
     if (
         item.get_closest_marker("reliability")
         or _slow_module(item.nodeid.split("::")[0])
