@@ -70,7 +70,7 @@ class LoopDrain:
             # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
             while True:
                 if not self._rest:
-                    if self.losses.unreported and not self._report_from_loop(fd):
+                    if self.losses.owing and not self._report_from_loop(fd):
                         break  # the pipe is full: the report, and the lines after it, wait
                     lines = self._take(_LOOP_SLICE)
                     if not lines:
@@ -87,7 +87,7 @@ class LoopDrain:
                 self._rest = self._rest[done:]
                 if self._rest:
                     break  # the pipe is full: the rest waits for the next drain
-                if not self._queue and not self.losses.unreported:
+                if not self._queue and not self.losses.owing:
                     break  # all out (the usual end): no second look at the queue
         except OSError as exc:  # a broken pipe: what was taken is lost, and counted
             self._lost(self._rest, exc)

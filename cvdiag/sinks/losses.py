@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 import orjson
 
@@ -33,6 +34,31 @@ LOGGED_IDS = 64
 _COUNTED_IDS = 4096
 _TEST_ID = b'"test_id":"'
 _TERMINALS = (b'"boundary":"backend.response.complete"', b'"boundary":"backend.sse.aborted"')
+
+
+def report_lines(
+    line_of: Callable[[int, str | None], bytes | None], count: int, cut: list[tuple[str, int]]
+) -> list[bytes]:
+    """A drop report's lines: the count's first (none when only cut test ids are owed), then one
+    per cut test id in ``cut``'s order, as ``owed`` reads them. A line that cannot be made fails
+    the report: it is owed whole."""
+    lines = [line_of(count, None)] if count else []
+    lines += [line_of(lost, test_id) for test_id, lost in cut]
+    if None in lines:
+        raise ValueError("a cvdiag.queue_dropped line could not be made")
+    return cast("list[bytes]", lines)
+
+
+def owed(
+    report: bytes, rest: bytes, count: int, cut: list[tuple[str, int]]
+) -> tuple[int, list[tuple[str, int]]]:
+    """What a drop report that went out in part (its end ``rest``, whole lines, was not
+    written) still owes the log: the count unless its line went, and the cut test ids whose
+    lines did not. Owing the whole report again wrote a count the log already held twice."""
+    written = report.count(b"\n") - rest.count(b"\n")
+    if count:
+        return (count, cut) if written <= 0 else (0, cut[written - 1 :])
+    return 0, cut[written:]
 
 
 class Abandoned(Exception):
@@ -61,6 +87,11 @@ class Losses:
         self.by_test_id: Counter[str] = Counter()
         self.cut_unreported: list[str] = []
         self.cut_logged = 0
+
+    @property
+    def owing(self) -> bool:
+        """Whether the log is owed a report: a count, or lines for cut test ids."""
+        return bool(self.unreported or self.cut_unreported)
 
     @property
     def total(self) -> int:

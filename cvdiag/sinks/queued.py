@@ -26,6 +26,8 @@ from cvdiag.sinks.losses import (
     WRITE_FAILED,
     Abandoned,
     Losses,
+    owed,
+    report_lines,
     split_lines,
 )
 
@@ -167,20 +169,18 @@ class QueuedLineSink(LoopDrain, BaseSink):
     def _drop_report(self) -> tuple[int, bytes, list[tuple[str, int]]]:
         """The ``cvdiag.queue_dropped`` lines owed to the log: the count, then one line under
         each test id whose terminal was lost; the count and the ids they report."""
-        if not self.losses.unreported or self.drop_report is None:
+        if not self.losses.owing or self.drop_report is None:
             return 0, b"", []
         count = self.losses.take_unreported()
         cut = self.losses.take_cut()
         try:
-            lines = [self.drop_report(count, None)]
-            lines += [self.drop_report(lost, test_id) for test_id, lost in cut]
+            lines = report_lines(self.drop_report, count, cut)
         except Exception as exc:
             self.losses.owe(count)
             self.losses.owe_cut(cut)
             record_failure("sink", exc)
             return 0, b"", []
-        report = b"".join(PREFIX + line + b"\n" for line in lines if line is not None)
-        return count, report, cut
+        return count, b"".join(PREFIX + line + b"\n" for line in lines), cut
 
     def _stopped(self) -> bool:
         """A writer waiting for room gives up: the shutdown bound ran out (or, for the report
@@ -240,14 +240,15 @@ class QueuedLineSink(LoopDrain, BaseSink):
             self._write_bytes(data)
             return True
         except Abandoned as stop:  # the shutdown bound ran out: the rest is counted
-            data, reason, exc = stop.rest, AT_SHUTDOWN, None
+            rest, reason, exc = stop.rest, AT_SHUTDOWN, None
         except Exception as error:  # a broken pipe or closed file: the batch is lost
-            reason, exc = WRITE_FAILED, error
-        if report:
-            self.losses.owe(report)
-            self.losses.owe_cut(cut or [])
+            rest, reason, exc = data, WRITE_FAILED, error
+        if cut is not None:  # a report: whole lines went out before the rest, the rest is owed
+            count, ids = owed(data, rest, report, cut)
+            self.losses.owe(count)
+            self.losses.owe_cut(ids)
         else:
-            self._lose(reason, split_lines(data))
+            self._lose(reason, split_lines(rest))
         if exc is not None:
             record_failure("sink", exc)
         return False
@@ -255,7 +256,7 @@ class QueuedLineSink(LoopDrain, BaseSink):
     def _report_drops(self) -> None:
         """Write one ``cvdiag.queue_dropped`` line for the drops not yet reported. A report that
         cannot be written keeps its count for the next attempt, so no drop goes unreported."""
-        if not self.losses.unreported:
+        if not self.losses.owing:
             return
         count, report, cut = self._drop_report()
         if report:

@@ -324,3 +324,64 @@ def test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound(
     for report in reports:
         assert_valid(report)
     assert sink.losses.stderr_line() is None  # flush_all said it on stderr already
+
+
+def test_a_report_the_bound_cut_in_part_owes_only_its_unwritten_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drop report longer than one atomic write (the count and twelve cut test ids: several
+    pieces of whole lines within ``PIPE_BUF``) meets a reader that makes room for one piece,
+    then the bound. The next report writes the cut test ids that piece left out, and never the
+    count again: owing the whole report once wrote counts that summed past what stderr said
+    (four gunicorn workers behind a slow reader)."""
+    from tests.support.requests import in_request
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    with contextlib.suppress(BlockingIOError):  # full: nothing of ours fits until it is read
+        while True:
+            os.write(write_fd, b"x" * 4096)
+    os.set_blocking(write_fd, True)
+    stream = open(write_fd, "w", buffering=1)  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", stream)
+    sink = StdoutSink()
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+    ids = [f"t-cut-{n:02d}" for n in range(12)]
+    for test_id in ids:
+        with in_request(test_id):
+            em.emit("backend.agent.enter", metadata={"agent_name": "a"})
+            em.emit("backend.response.complete", metadata={"http_status": 200})
+    read: list[bytes] = []
+
+    def room_for_one_piece() -> None:  # once the queue is counted lost: one pipe buffer freed
+        while not sink.losses.total:
+            time.sleep(0.005)
+        read.append(os.read(read_fd, 4096))
+
+    thread = threading.Thread(target=room_for_one_piece, daemon=True)
+    thread.start()
+    flush_all(1.0, [sink])
+    thread.join(10)
+    owed = list(sink.losses.cut_unreported)
+    assert not sink.losses.unreported  # the count's line went out in the first piece
+    assert owed
+    assert owed == ids[-len(owed) :]  # the ids after that piece, in order
+    os.set_blocking(read_fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read_fd, 65536):
+            read.append(chunk)
+    flush_all(1.0, [sink])  # the exit's flush after a SIGTERM's: the pipe has room now
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read_fd, 65536):
+            read.append(chunk)
+    stream.close()
+    os.close(read_fd)
+    reports = [
+        e
+        for e in lines_of(b"".join(read).decode().lstrip("x"))
+        if e["boundary"] == "cvdiag.queue_dropped"
+    ]
+    counts = [r["metadata"] for r in reports if r["outcome"] == "info"]
+    assert counts == [{"dropped_count": 2 * len(ids)}]  # once, as stderr said it
+    assert [r["test_id"] for r in reports if r["outcome"] == "err"] == ids  # each once
+    assert not sink.losses.owing
