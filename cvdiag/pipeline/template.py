@@ -44,6 +44,7 @@ from cvdiag.pipeline.template_values import (
 from cvdiag.schema.vocabulary import BOUNDARY_TIER
 
 if TYPE_CHECKING:
+    from cvdiag.pipeline.budget import DebugBudget
     from cvdiag.schema.vocabulary import Tier
     from cvdiag.sinks.base import LineSink
 
@@ -53,8 +54,19 @@ class Gate(Protocol):
 
     emitted: int
     byte_cap: int
+    _tier: Tier
+    _debug: bool
+    _budget: DebugBudget
 
     def admits(self, tier: Tier) -> bool: ...
+
+    def _fall_back(self, count: int, elapsed: float) -> bool: ...
+
+
+class Lined(Gate, Protocol):
+    """An emitter that may offer templates: its line sinks, None where they cannot serve."""
+
+    _line_sinks: tuple[LineSink, ...] | None
 
 
 _INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
@@ -67,6 +79,19 @@ _OUTCOME: Final = {True: b"ok", False: b"err"}
 #: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
 _getrandbits: Final = random.getrandbits
 _monotonic_ns: Final = time.monotonic_ns
+
+
+def lines_for(emitter: Lined, context: RequestContext) -> RequestLines | None:
+    """``Emitter.lines_for``, compiled: the request's own envelopes from templates where they
+    can serve (every sink takes lines alone, the bridge is off); None: use ``emit``."""
+    sinks = emitter._line_sinks
+    if sinks is None:
+        return None
+    try:
+        return RequestLines(emitter, sinks, context)
+    except Exception as exc:
+        record_failure("emit", exc)
+        return None
 
 
 class RequestLines:
@@ -92,6 +117,18 @@ class RequestLines:
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
 
+    def _admits(self, tier: Tier) -> bool:
+        """``Emitter.admits`` (cvdiag/pipeline/gate.py), asked inline: compiled, a line's gate
+        costs no Python call, and at the debug tier its budget is a native one."""
+        emitter = self._emitter
+        if tier > emitter._tier:
+            return False
+        if emitter._debug:
+            over = emitter._budget.spend()
+            if over is not None and emitter._fall_back(*over):
+                return tier <= emitter._tier
+        return True
+
     def _write(self, line: bytes) -> bool:
         emitter = self._emitter
         if len(line) > emitter.byte_cap:
@@ -114,7 +151,7 @@ class RequestLines:
     ) -> bool:
         """The request's ``backend.request.ingress``: no parent span, its own span id."""
         emitter = self._emitter
-        if not emitter.admits(_INGRESS_TIER):
+        if not self._admits(_INGRESS_TIER):
             return True
         # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
         # within one budget, an integer or None as is), so the line is the same.
@@ -144,7 +181,7 @@ class RequestLines:
         )
 
     def event(self, event_type: str, size: int, sequence: int) -> bool:
-        if not self._emitter.admits(_EVENT_TIER):
+        if not self._admits(_EVENT_TIER):
             return True
         form = self._event
         if form is None:  # the context becomes constant text: escaped for the second format
@@ -164,7 +201,7 @@ class RequestLines:
         )
 
     def first_byte(self, delta_ms: int) -> bool:
-        if not self._emitter.admits(_FIRST_BYTE_TIER):
+        if not self._admits(_FIRST_BYTE_TIER):
             return True
         return self._under_span(FIRST_BYTE_ONCE, (NULL_EDGE, delta_ms))
 
@@ -177,7 +214,7 @@ class RequestLines:
         edge: Mapping[str, str | None] | None,
         named: tuple[str | None, str] | None = None,
     ) -> bool:
-        if not self._emitter.admits(_COMPLETE_TIER):
+        if not self._admits(_COMPLETE_TIER):
             return True
         edges = edge_json(edge)
         if edges is None:
@@ -195,7 +232,7 @@ class RequestLines:
         edge: Mapping[str, str | None] | None = None,
         named: tuple[str | None, str] | None = None,
     ) -> bool:
-        if not self._emitter.admits(_ABORTED_TIER):
+        if not self._admits(_ABORTED_TIER):
             return True
         edges = edge_json(edge)
         if edges is None:
