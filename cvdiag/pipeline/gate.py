@@ -40,9 +40,10 @@ class TierGate:
         #: The longest line the sinks write whole beside other processes (a pipe's PIPE_BUF):
         #: no tier's cap goes past it (cvdiag/sinks/descriptor.py says why).
         self._line_limit = line_limit
-        self._set_tier(settings.tier)
-        #: Envelopes emitted at the debug tier against its bounds (compiled: pipeline/budget.py).
+        #: Envelopes emitted at the debug tier against its bounds, and the tier and cap as the
+        #: templates read them (compiled: pipeline/budget.py).
         self._budget = DebugBudget(settings.debug_max_envelopes, settings.debug_max_seconds)
+        self._set_tier(settings.tier)
         self._lock = threading.Lock()
 
     @property
@@ -58,6 +59,9 @@ class TierGate:
         #: The envelope byte cap of the tier in force. An attribute, not a property: the
         #: templates read it for every line, and a property is a Python call each time.
         self.byte_cap = cap if self._line_limit is None else min(cap, self._line_limit)
+        # Mirrored for the templates, which read these for every line (pipeline/budget.py).
+        budget = self._budget
+        budget.level, budget.debug, budget.byte_cap = int(tier), self._debug, self.byte_cap
 
     def admits(self, tier: Tier) -> bool:
         """The gate: whether an envelope of ``tier`` is written now. At the debug tier every

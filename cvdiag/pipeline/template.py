@@ -54,9 +54,7 @@ class Gate(Protocol):
 
     emitted: int
     byte_cap: int
-    _tier: Tier
-    _debug: bool
-    _budget: DebugBudget
+    _budget: DebugBudget  # the tier, cap and debug budget as a line reads them (native)
 
     def admits(self, tier: Tier) -> bool: ...
 
@@ -69,12 +67,13 @@ class Lined(Gate, Protocol):
     _line_sinks: tuple[LineSink, ...] | None
 
 
-_INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
-_EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+#: Each boundary's tier as a number: compared with the gate's (``DebugBudget.level``) natively.
+_INGRESS_TIER: Final = int(BOUNDARY_TIER["backend.request.ingress"])
+_EVENT_TIER: Final = int(BOUNDARY_TIER["backend.sse.event"])
 _clock_bytes: Final = _envelope.clock_bytes
-_FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
-_COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
-_ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
+_FIRST_BYTE_TIER: Final = int(BOUNDARY_TIER["backend.sse.first_byte"])
+_COMPLETE_TIER: Final = int(BOUNDARY_TIER["backend.response.complete"])
+_ABORTED_TIER: Final = int(BOUNDARY_TIER["backend.sse.aborted"])
 _OUTCOME: Final = {True: b"ok", False: b"err"}
 #: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
 _getrandbits: Final = random.getrandbits
@@ -98,10 +97,12 @@ class RequestLines:
     """One request's envelopes as lines. Each method returns False when ``Emitter.emit`` must
     make the envelope instead (over the byte cap); True when it is written or gated out."""
 
-    __slots__ = ("_context", "_emitter", "_event", "_sinks")
+    __slots__ = ("_context", "_emitter", "_event", "_gate", "_sinks")
 
     def __init__(self, emitter: Gate, sinks: tuple[LineSink, ...], context: RequestContext) -> None:
         self._emitter = emitter
+        #: The emitter's gate as a line reads it: native fields, kept current by the gate.
+        self._gate = emitter._budget
         self._sinks = sinks
         test_id, trace_id, slug, demo, parent = context
         test_json = text_json(test_id)
@@ -117,22 +118,22 @@ class RequestLines:
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
 
-    def _admits(self, tier: Tier) -> bool:
+    def _admits(self, tier: int) -> bool:
         """``Emitter.admits`` (cvdiag/pipeline/gate.py), asked inline: compiled, a line's gate
-        costs no Python call, and at the debug tier its budget is a native one."""
-        emitter = self._emitter
-        if tier > emitter._tier:
+        is a few native reads, and at the debug tier its budget is spent by a native call."""
+        gate = self._gate
+        if tier > gate.level:
             return False
-        if emitter._debug:
-            over = emitter._budget.spend()
-            if over is not None and emitter._fall_back(*over):
-                return tier <= emitter._tier
+        if gate.debug:
+            over = gate.spend()
+            if over is not None and self._emitter._fall_back(*over):
+                return tier <= gate.level
         return True
 
     def _write(self, line: bytes) -> bool:
-        emitter = self._emitter
-        if len(line) > emitter.byte_cap:
+        if len(line) > self._gate.byte_cap:
             return False  # emit cuts it down the ladder, and counts it
+        emitter = self._emitter
         emitter.emitted += 1
         for sink in self._sinks:
             try:
@@ -150,12 +151,11 @@ class RequestLines:
         edge: Mapping[str, str | None] | None,
     ) -> bool:
         """The request's ``backend.request.ingress``: no parent span, its own span id."""
-        emitter = self._emitter
         if not self._admits(_INGRESS_TIER):
             return True
         # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
         # within one budget, an integer or None as is), so the line is the same.
-        budget = _metadata.Budget(emitter.byte_cap * _metadata.SCAN_PER_CAP)
+        budget = _metadata.Budget(self._gate.byte_cap * _metadata.SCAN_PER_CAP)
         method = _metadata.scrubbed(method, budget)
         path = _metadata.scrubbed(path, budget)
         edges = edge_json(edge)
