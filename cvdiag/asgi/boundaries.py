@@ -20,6 +20,7 @@ from starlette.types import Receive, Send
 from cvdiag.core.context import RequestContext, RequestState
 from cvdiag.pipeline.emitter import Emitter
 from cvdiag.pipeline.envelope import ms_between, ms_since
+from cvdiag.pipeline.template import lines_for
 from cvdiag.scopes.until_response import end_held, ended_short
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class Boundaries:
     def _lines(self) -> RequestLines | None:
         lines = self.request_lines
         if lines is False:  # made at the first envelope after ingress
-            lines = self.request_lines = self.emitter.lines_for(self.ctx)
+            lines = self.request_lines = lines_for(self.emitter, self.ctx)
         return lines
 
     def first_byte(self, *, keepalive: bool = False) -> None:

@@ -193,6 +193,8 @@ class HTTPResponseSide(Exchange):
         """The types of the SSE body's first and last whole events, read once as it ends."""
         self.settle()
         tail = self.tail
+        if not tail:
+            return None, None  # no SSE body (a JSON answer): nothing to look for
         if tail.find(b'"type"') < 0 and tail.find(b"event:") < 0:
             return None, None  # plain ``data:`` events name no protocol: no parse
         last = edge_event_type(tail, last=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -31,6 +30,7 @@ from cvdiag.asgi.headers import (
 )
 from cvdiag.asgi.http_exchange import HTTPExchange
 from cvdiag.asgi.lifespan import flushing_at_shutdown
+from cvdiag.asgi.tracing import TRACED, UNTRACED, annotate_request, finish_request
 from cvdiag.asgi.websocket_exchange import WebSocketExchange
 from cvdiag.core.context import (
     _STATE,
@@ -43,6 +43,7 @@ from cvdiag.core.guard import record_failure, say
 from cvdiag.core.settings import Settings
 from cvdiag.pipeline import emitter as _emitters
 from cvdiag.pipeline.emitter import Emitter, get_emitter
+from cvdiag.pipeline.template import lines_for
 from cvdiag.schema.ids import adopt_test_id, new_span_id, new_uuid7, sanitize_slug
 from cvdiag.schema.vocabulary import EDGE_HEADER_KEYS, Tier
 from cvdiag.scopes.until_response import release
@@ -57,30 +58,12 @@ except ImportError:  # not a dependency (a TYPE_CHECKING else-branch would raise
 
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
-
     from cvdiag.pipeline.template import RequestLines
-
-
-def annotate_request(span: Span, ctx: RequestContext) -> None:
-    from cvdiag.otel.bridge import annotate_request as annotate
-
-    annotate(span, ctx)
-
-
-def finish_request(span: Span, scope: Scope, status: int, failure: BaseException | None) -> None:
-    from cvdiag.otel.bridge import finish_request as finish
-
-    finish(span, scope, status, failure)
 
 
 __all__ = ["CvdiagMiddleware"]
 
 _new_context: Final = partial(tuple.__new__, RequestContext)
-#: Scope types that get an OpenTelemetry server span.
-_TRACED: Final = frozenset({"http", "websocket"})
-#: No server span: the request's ``with`` enters this instead of the bridge's (reentrant).
-_UNTRACED: Final[AbstractContextManager[tuple[Span | None, bool]]] = nullcontext((None, False))
 
 
 # Compiled, a class takes no Python subclass unless it says so: an app's own must work too.
@@ -147,8 +130,8 @@ class CvdiagMiddleware:
         # a stream's event loop resumes each coroutine between the server and the app.
         with (
             bridge.server_span(scope)
-            if bridge is not None and scope["type"] in _TRACED and bridge.tracing()
-            else _UNTRACED
+            if bridge is not None and scope["type"] in TRACED and bridge.tracing()
+            else UNTRACED
         ) as (span, owned):
             exchange: HTTPExchange | WebSocketExchange | None = None
             try:
@@ -278,7 +261,7 @@ class CvdiagMiddleware:
                 method = scrub_head(method, 32)
             path = scrub_text(path, PATH_MAX)  # scrubbed, then cut
             length = content_length(found.get(CONTENT_LENGTH))
-            lines = emitter.lines_for(ctx)
+            lines = lines_for(emitter, ctx)  # ``Emitter.lines_for``, with no Python call
             if lines is None or not lines.ingress(span_id, method, path, length, edge):
                 emitter.emit(
                     "backend.request.ingress",

@@ -21,7 +21,7 @@ from cvdiag.pipeline import envelope as _envelope
 from cvdiag.pipeline.envelope import wire_duration
 from cvdiag.pipeline.gate import TierGate
 from cvdiag.pipeline.metadata import closed_metadata
-from cvdiag.pipeline.template import RequestLines
+from cvdiag.pipeline.template import RequestLines, lines_for
 from cvdiag.schema.ids import new_span_id, new_uuid7
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, OUTCOMES
 from cvdiag.scrubbing.redact import scrub_head, use_rules
@@ -99,13 +99,7 @@ class Emitter(TierGate):
     def lines_for(self, context: RequestContext) -> RequestLines | None:
         """The request's own envelopes from templates, where they can serve (every sink takes
         lines alone, the bridge is off: see cvdiag/pipeline/template.py); None: use ``emit``."""
-        if self._line_sinks is None:
-            return None
-        try:
-            return RequestLines(self, self._line_sinks, context)
-        except Exception as exc:
-            record_failure("emit", exc)
-            return None
+        return lines_for(self, context)
 
     def emit(
         self,

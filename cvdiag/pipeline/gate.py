@@ -10,14 +10,13 @@ a time budget, and past either falls back to a lower tier for good, once, and sa
 
 from __future__ import annotations
 
-import itertools
 import threading
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cvdiag.core.guard import say
 from cvdiag.core.settings import DEBUG_ENVIRONMENTS, ENVIRONMENT_LABEL_VARS, Settings
+from cvdiag.pipeline.budget import DebugBudget
 from cvdiag.schema.vocabulary import BOUNDARY_TIER, BYTE_CAPS, Tier
 
 
@@ -41,12 +40,10 @@ class TierGate:
         #: The longest line the sinks write whole beside other processes (a pipe's PIPE_BUF):
         #: no tier's cap goes past it (cvdiag/sinks/descriptor.py says why).
         self._line_limit = line_limit
+        #: Envelopes emitted at the debug tier against its bounds, and the tier and cap as the
+        #: templates read them (compiled: pipeline/budget.py).
+        self._budget = DebugBudget(settings.debug_max_envelopes, settings.debug_max_seconds)
         self._set_tier(settings.tier)
-        #: Envelopes emitted at the debug tier, and when the first was.
-        self._debug_count = itertools.count(1)
-        self._debug_started: float | None = None
-        #: Read once per envelope at the debug tier: kept here, not looked up in the settings.
-        self._debug_bounds = (settings.debug_max_envelopes, settings.debug_max_seconds)
         self._lock = threading.Lock()
 
     @property
@@ -62,14 +59,19 @@ class TierGate:
         #: The envelope byte cap of the tier in force. An attribute, not a property: the
         #: templates read it for every line, and a property is a Python call each time.
         self.byte_cap = cap if self._line_limit is None else min(cap, self._line_limit)
+        # Mirrored for the templates, which read these for every line (pipeline/budget.py).
+        budget = self._budget
+        budget.level, budget.debug, budget.byte_cap = int(tier), self._debug, self.byte_cap
 
     def admits(self, tier: Tier) -> bool:
         """The gate: whether an envelope of ``tier`` is written now. At the debug tier every
         envelope spends the budget, and the one that exhausts it is gated again."""
         if tier > self._tier:
             return False
-        if self._debug and self._spend_debug_budget():
-            return tier <= self._tier
+        if self._debug:  # the templates ask the same inline (cvdiag/pipeline/template.py)
+            over = self._budget.spend()
+            if over is not None and self._fall_back(*over):
+                return tier <= self._tier
         return True
 
     def allows(self, boundary: str) -> bool:
@@ -90,23 +92,10 @@ class TierGate:
             f" {found}, not one of {allowed}; running at tier {self.tier.label}"
         )
 
-    def _spend_debug_budget(self) -> bool:
-        """DEBUG is bounded: past its time or envelope budget, fall back for good, once.
-
-        Returns whether the tier changed, so the envelope at hand is gated again. Lock-free on
-        the way through (``next()`` on a counter is atomic); the lock is taken only to fall back.
-        """
-        count = next(self._debug_count)
-        now = time.monotonic()
-        started = self._debug_started
-        if started is None:
-            started = self._debug_started = now
-        max_envelopes, max_seconds = self._debug_bounds
-        if count <= max_envelopes and now - started <= max_seconds:
-            return False
-        return self._fall_back(count, now - started)
-
     def _fall_back(self, count: int, elapsed: float) -> bool:
+        """DEBUG is bounded: past its time or envelope budget (``count`` envelopes, ``elapsed``
+        seconds since the first), fall back for good, once. Returns whether the tier changed,
+        so the envelope at hand is gated again; the lock is taken only to fall back."""
         with self._lock:
             if self._tier is not Tier.DEBUG:
                 return True  # another thread fell back first

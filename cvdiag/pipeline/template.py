@@ -44,6 +44,7 @@ from cvdiag.pipeline.template_values import (
 from cvdiag.schema.vocabulary import BOUNDARY_TIER
 
 if TYPE_CHECKING:
+    from cvdiag.pipeline.budget import DebugBudget
     from cvdiag.schema.vocabulary import Tier
     from cvdiag.sinks.base import LineSink
 
@@ -53,30 +54,55 @@ class Gate(Protocol):
 
     emitted: int
     byte_cap: int
+    _budget: DebugBudget  # the tier, cap and debug budget as a line reads them (native)
 
     def admits(self, tier: Tier) -> bool: ...
 
+    def _fall_back(self, count: int, elapsed: float) -> bool: ...
 
-_INGRESS_TIER: Final = BOUNDARY_TIER["backend.request.ingress"]
-_EVENT_TIER: Final = BOUNDARY_TIER["backend.sse.event"]
+
+class Lined(Gate, Protocol):
+    """An emitter that may offer templates: its line sinks, None where they cannot serve."""
+
+    _line_sinks: tuple[LineSink, ...] | None
+
+
+#: Each boundary's tier as a number: compared with the gate's (``DebugBudget.level``) natively.
+_INGRESS_TIER: Final = int(BOUNDARY_TIER["backend.request.ingress"])
+_EVENT_TIER: Final = int(BOUNDARY_TIER["backend.sse.event"])
 _clock_bytes: Final = _envelope.clock_bytes
-_FIRST_BYTE_TIER: Final = BOUNDARY_TIER["backend.sse.first_byte"]
-_COMPLETE_TIER: Final = BOUNDARY_TIER["backend.response.complete"]
-_ABORTED_TIER: Final = BOUNDARY_TIER["backend.sse.aborted"]
+_FIRST_BYTE_TIER: Final = int(BOUNDARY_TIER["backend.sse.first_byte"])
+_COMPLETE_TIER: Final = int(BOUNDARY_TIER["backend.response.complete"])
+_ABORTED_TIER: Final = int(BOUNDARY_TIER["backend.sse.aborted"])
 _OUTCOME: Final = {True: b"ok", False: b"err"}
 #: ``Final``: compiled, read as a module static (docs/performance.md, fourth round).
 _getrandbits: Final = random.getrandbits
 _monotonic_ns: Final = time.monotonic_ns
 
 
+def lines_for(emitter: Lined, context: RequestContext) -> RequestLines | None:
+    """``Emitter.lines_for``, compiled: the request's own envelopes from templates where they
+    can serve (every sink takes lines alone, the bridge is off); None: use ``emit``."""
+    sinks = emitter._line_sinks
+    if sinks is None:
+        return None
+    try:
+        return RequestLines(emitter, sinks, context)
+    except Exception as exc:
+        record_failure("emit", exc)
+        return None
+
+
 class RequestLines:
     """One request's envelopes as lines. Each method returns False when ``Emitter.emit`` must
     make the envelope instead (over the byte cap); True when it is written or gated out."""
 
-    __slots__ = ("_context", "_emitter", "_event", "_sinks")
+    __slots__ = ("_context", "_emitter", "_event", "_gate", "_sinks")
 
     def __init__(self, emitter: Gate, sinks: tuple[LineSink, ...], context: RequestContext) -> None:
         self._emitter = emitter
+        #: The emitter's gate as a line reads it: native fields, kept current by the gate.
+        self._gate = emitter._budget
         self._sinks = sinks
         test_id, trace_id, slug, demo, parent = context
         test_json = text_json(test_id)
@@ -92,10 +118,22 @@ class RequestLines:
         #: The event format with this request's context in: a stream writes many.
         self._event: bytes | None = None
 
+    def _admits(self, tier: int) -> bool:
+        """``Emitter.admits`` (cvdiag/pipeline/gate.py), asked inline: compiled, a line's gate
+        is a few native reads, and at the debug tier its budget is spent by a native call."""
+        gate = self._gate
+        if tier > gate.level:
+            return False
+        if gate.debug:
+            over = gate.spend()
+            if over is not None and self._emitter._fall_back(*over):
+                return tier <= gate.level
+        return True
+
     def _write(self, line: bytes) -> bool:
-        emitter = self._emitter
-        if len(line) > emitter.byte_cap:
+        if len(line) > self._gate.byte_cap:
             return False  # emit cuts it down the ladder, and counts it
+        emitter = self._emitter
         emitter.emitted += 1
         for sink in self._sinks:
             try:
@@ -113,12 +151,11 @@ class RequestLines:
         edge: Mapping[str, str | None] | None,
     ) -> bool:
         """The request's ``backend.request.ingress``: no parent span, its own span id."""
-        emitter = self._emitter
-        if not emitter.admits(_INGRESS_TIER):
+        if not self._admits(_INGRESS_TIER):
             return True
         # Scrubbed as ``emit`` closes these three values (``closed_metadata``: each string
         # within one budget, an integer or None as is), so the line is the same.
-        budget = _metadata.Budget(emitter.byte_cap * _metadata.SCAN_PER_CAP)
+        budget = _metadata.Budget(self._gate.byte_cap * _metadata.SCAN_PER_CAP)
         method = _metadata.scrubbed(method, budget)
         path = _metadata.scrubbed(path, budget)
         edges = edge_json(edge)
@@ -144,7 +181,7 @@ class RequestLines:
         )
 
     def event(self, event_type: str, size: int, sequence: int) -> bool:
-        if not self._emitter.admits(_EVENT_TIER):
+        if not self._admits(_EVENT_TIER):
             return True
         form = self._event
         if form is None:  # the context becomes constant text: escaped for the second format
@@ -164,7 +201,7 @@ class RequestLines:
         )
 
     def first_byte(self, delta_ms: int) -> bool:
-        if not self._emitter.admits(_FIRST_BYTE_TIER):
+        if not self._admits(_FIRST_BYTE_TIER):
             return True
         return self._under_span(FIRST_BYTE_ONCE, (NULL_EDGE, delta_ms))
 
@@ -177,7 +214,7 @@ class RequestLines:
         edge: Mapping[str, str | None] | None,
         named: tuple[str | None, str] | None = None,
     ) -> bool:
-        if not self._emitter.admits(_COMPLETE_TIER):
+        if not self._admits(_COMPLETE_TIER):
             return True
         edges = edge_json(edge)
         if edges is None:
@@ -195,7 +232,7 @@ class RequestLines:
         edge: Mapping[str, str | None] | None = None,
         named: tuple[str | None, str] | None = None,
     ) -> bool:
-        if not self._emitter.admits(_ABORTED_TIER):
+        if not self._admits(_ABORTED_TIER):
             return True
         edges = edge_json(edge)
         if edges is None:

@@ -9,33 +9,21 @@ regular file, whose writes may block) hands everything to the writer thread inst
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import threading
-
 from cvdiag.core.guard import say
-from cvdiag.sinks.base import PREFIX
-from cvdiag.sinks.descriptor import PIPE_BUF, write_lines, write_some
-from cvdiag.sinks.exit_flush import running_loop
+from cvdiag.sinks.descriptor import write_lines
+from cvdiag.sinks.lane import Lane
 from cvdiag.sinks.losses import Losses
-
-_LINE_BREAK = b"\n" + PREFIX
-#: Lines joined per write from the loop (about 64 KiB of envelopes).
-_LOOP_SLICE = 100
 
 
 class LoopDrain:
-    """What ``QueuedLineSink`` does on the loop; the state is the sink's (sinks/queued.py)."""
+    """What ``QueuedLineSink`` does on the loop around its lane's drain (sinks/lane.py): the
+    descriptor, a refused write, the drop report; the state is the sink's (sinks/queued.py)."""
 
     LINGER: float
     losses: Losses
     written: int
-    _queue: collections.deque[bytes]
-    _write_lock: threading.Lock
-    _rest: bytes
-    _drain_on: asyncio.AbstractEventLoop | None
+    _lane: Lane
     _forced: bool
-    _loop_refused: bool
 
     def atomic_limit(self) -> int | None:
         """The largest write that reaches this sink's descriptor whole beside other processes'
@@ -45,9 +33,6 @@ class LoopDrain:
     def _loop_descriptor(self) -> int | None:
         """A non-blocking descriptor to write from the loop, or None to use the thread."""
         return None
-
-    def _take(self, count: int) -> list[bytes]:
-        raise NotImplementedError
 
     def _ring(self) -> None:
         raise NotImplementedError
@@ -59,56 +44,16 @@ class LoopDrain:
         raise NotImplementedError
 
     def _drain_from_loop(self, fd: int) -> None:
-        """Write what is queued without blocking; what the pipe cannot take now waits. Writes go
-        in pieces of whole lines the kernel keeps whole (cvdiag/sinks/descriptor.py), and a
-        piece taken in part is finished before anything else is written."""
-        self._drain_on = None
-        if not self._write_lock.acquire(blocking=False):
-            return  # the thread is writing, and takes what is queued with it
-        try:
-            # A burst goes out in slices of at most _LOOP_SLICE lines: a few hundred KiB joined
-            # at once costs fresh pages (a new mapping) every drain, a slice stays in cache.
-            while True:
-                if not self._rest:
-                    if self.losses.owing and not self._report_from_loop(fd):
-                        break  # the pipe is full: the report, and the lines after it, wait
-                    lines = self._take(_LOOP_SLICE)
-                    if not lines:
-                        break
-                    self._rest = PREFIX + _LINE_BREAK.join(lines) + b"\n"
-                    self.written += len(lines)
-                data = self._rest
-                # A sink's limit is PIPE_BUF or none: a batch within PIPE_BUF (a burst of a few
-                # lines, the usual one) is one write either way, and only a larger one asks.
-                if len(data) <= PIPE_BUF:
-                    done = write_some(fd, data)
-                else:
-                    done = write_lines(fd, data, self.atomic_limit())
-                self._rest = self._rest[done:]
-                if self._rest:
-                    break  # the pipe is full: the rest waits for the next drain
-                if not self._queue and not self.losses.owing:
-                    break  # all out (the usual end): no second look at the queue
-        except OSError as exc:  # a broken pipe: what was taken is lost, and counted
-            self._lost(self._rest, exc)
-            self._rest = b""
-        except Exception as exc:  # a blocking-call detector refused the write: not lost
-            self._refuse_loop(exc)
-        finally:
-            self._write_lock.release()
-        if self._loop_refused:
-            self._ring()
-        elif self._rest or self._queue:
-            loop = running_loop()
-            if loop is not None and self._drain_on is None:  # a full pipe: try again later
-                self._drain_on = loop
-                loop.call_later(self.LINGER, self._drain_from_loop, fd)
+        """Write what is queued without blocking (``Lane.drain``, compiled with the request
+        path); what the pipe cannot take now waits for the next drain."""
+        self._lane.drain(fd)
 
     def _refuse_loop(self, exc: Exception) -> None:
         """Writing from the loop was refused (blockbuster's ``BlockingError`` on a blocking file):
         the writer thread takes over what is queued, the rest of a batch included."""
-        self._loop_refused = True
-        self._drain_on = None
+        lane = self._lane
+        lane.refused = True
+        lane.drain_on = None
         say(
             f"writing from the writer thread: the event loop's write was refused"
             f" ({type(exc).__name__}); nothing is dropped"
@@ -124,11 +69,11 @@ class LoopDrain:
             self.losses.owe(count)
             self.losses.owe_cut(cut)
             return False
-        self._rest = report[written:]  # a part taken (never on a pipe): finished first
-        return not self._rest
+        self._lane.rest = report[written:]  # a part taken (never on a pipe): finished first
+        return not self._lane.rest
 
     def _loop_drains(self) -> bool:
         """Whether a live event loop will write what is queued, so the thread need not wake
         (unless a flush asks it to): a loop that closed first leaves its lines to the thread."""
-        loop = self._drain_on
+        loop = self._lane.drain_on
         return loop is not None and not self._forced and not loop.is_closed()

@@ -8,8 +8,6 @@ thread drains it. A slow or wedged pipe costs dropped (and counted) envelopes, n
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import contextlib
 import threading
 import time
@@ -18,11 +16,11 @@ from typing import Any
 
 from cvdiag.core.guard import record_failure
 from cvdiag.sinks.base import PREFIX, BaseSink
-from cvdiag.sinks.exit_flush import install_exit_hooks, live_sinks, running_loop
+from cvdiag.sinks.exit_flush import install_exit_hooks, live_sinks
+from cvdiag.sinks.lane import Lane
 from cvdiag.sinks.loop_drain import LoopDrain
 from cvdiag.sinks.losses import (
     AT_SHUTDOWN,
-    QUEUE_FULL,
     WRITE_FAILED,
     Abandoned,
     Losses,
@@ -65,7 +63,12 @@ class QueuedLineSink(LoopDrain, BaseSink):
         #: The lines given up on, by reason (cvdiag/sinks/losses.py).
         self.losses = Losses()
         self.written = 0
-        self._queue: collections.deque[bytes] = collections.deque()
+        #: The queue and the loop's drain, compiled with the request path (sinks/lane.py).
+        self._lane = Lane(self, queue_size)
+        self._queue = self._lane.lines
+        if type(self).write_line is QueuedLineSink.write_line:
+            # The lane's own ``put``: a line costs its caller no Python frame of the sink's.
+            self.write_line = self._lane.put  # type: ignore[method-assign]
         self._bell = _new_bell()
         self._idle = True  # the writer waits for the bell (or has not started)
         self._busy = False
@@ -75,10 +78,6 @@ class QueuedLineSink(LoopDrain, BaseSink):
         #: Held by whoever takes lines off the queue and writes them (the loop or the thread),
         #: so batches go out whole and in emit order.
         self._write_lock = threading.Lock()
-        #: What a non-blocking write on the loop could not place yet: written before anything.
-        self._rest = b""
-        #: The loop a drain is scheduled on (one per burst).
-        self._drain_on: asyncio.AbstractEventLoop | None = None
         #: A flush wants the thread to write now, whoever was to.
         self._forced = False
         #: Builds a ``cvdiag.queue_dropped`` line for a count, under a test id of its own (None)
@@ -91,8 +90,6 @@ class QueuedLineSink(LoopDrain, BaseSink):
         #: A blocking stream's write in progress: what of the batch is not written yet, in
         #: case the write never returns (counted by ``abandon``, which cannot take the lock).
         self._inflight: bytes | memoryview = b""
-        #: A blocking-call detector refused the loop's write: the thread writes from now on.
-        self._loop_refused = False
 
     @property
     def dropped(self) -> int:
@@ -106,31 +103,18 @@ class QueuedLineSink(LoopDrain, BaseSink):
 
     def write_line(self, line: bytes) -> None:
         """Queue one serialized envelope: what this sink needs of it (the emitter's templated
-        path, which builds no envelope dict, calls this directly)."""
-        queue = self._queue
-        if len(queue) >= self.queue_size:
-            try:
-                old = queue.popleft()
-            except IndexError:
-                pass
-            else:
-                self._lose(QUEUE_FULL, (old,))
-        queue.append(line)
-        loop = running_loop()
-        if loop is not None:
-            if self._drain_on is loop:
-                return  # this burst's drain is already due on this loop: it takes the line too
-            fd = None if self._loop_refused else self._loop_descriptor()
-            if fd is not None:
-                # On the loop: drain from the loop, once per burst; no thread wakes.
-                self._drain_on = loop
-                loop.call_later(self.LINGER, self._drain_from_loop, fd)
-                if self._thread is None:
-                    self._start()  # idle: it writes for flush, exit and a closed loop
-                return
-        if self._idle:
-            self._idle = False
-            self._ring()
+        path, which builds no envelope dict, calls this directly). Never blocks; when the queue
+        is full the oldest line is dropped and counted (``Lane.put``)."""
+        self._lane.put(line)
+
+    @property
+    def _rest(self) -> bytes:
+        """What a write could not place yet: written before anything (the lane's)."""
+        return self._lane.rest
+
+    @_rest.setter
+    def _rest(self, rest: bytes) -> None:
+        self._lane.rest = rest
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything queued has been written, at most ``timeout`` seconds."""
@@ -154,11 +138,7 @@ class QueuedLineSink(LoopDrain, BaseSink):
             self._bell.release()
 
     def _take(self, count: int) -> list[bytes]:
-        queue = self._queue
-        batch: list[bytes] = []
-        while queue and len(batch) < count:
-            batch.append(queue.popleft())
-        return batch
+        return self._lane.take(count)
 
     def _lost(self, data: bytes, exc: BaseException) -> None:
         lines = split_lines(data)
@@ -292,7 +272,7 @@ class QueuedLineSink(LoopDrain, BaseSink):
     def _reset_after_fork(self) -> None:
         self._thread = None
         self._write_lock = threading.Lock()
-        self._drain_on = None
+        self._lane.drain_on = None
         self._start_lock = threading.Lock()
         self._bell = _new_bell()
         self._idle = True

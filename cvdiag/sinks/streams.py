@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from typing import IO, Any
 
 from cvdiag.core.guard import record_failure
@@ -59,6 +60,7 @@ class StdoutSink(QueuedLineSink):
         return limit
 
     def _loop_descriptor(self) -> int | None:
+        key = sys.stdout  # what ``host_stdout.target`` resolves by
         stream, per_line = host_stdout.target()
         if per_line:
             return None  # a logger's proxy: the thread writes it, one record per line
@@ -69,10 +71,13 @@ class StdoutSink(QueuedLineSink):
                 self._resolve(stream)
             finally:
                 self._write_lock.release()
+        # The lane asks again only when ``sys.stdout`` is another object (sinks/lane.py).
+        self._lane.known(key, self._fd)
         return self._fd
 
     def _resolve(self, stream: object) -> None:
         """Open the descriptor of cvdiag's own for ``stream`` (under the write lock)."""
+        self._lane.known(None, None)  # the lane's descriptor may be the one closed here
         close_descriptor(self._fd)
         self._fd = own_descriptor(stream) if _whole_lines(stream) else None
         self._stream = stream

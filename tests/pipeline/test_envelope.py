@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cvdiag import MemorySink, Settings, configure
 from cvdiag.core.context import RequestContext
 from cvdiag.pipeline.emitter import Emitter
-from cvdiag.pipeline.envelope import _Clock
+from cvdiag.pipeline.envelope import _Clock, ms_between
 from cvdiag.schema.vocabulary import (
     BOUNDARY_TIER,
     BYTE_CAPS,
@@ -267,3 +267,26 @@ def test_a_stamp_is_its_milliseconds_utc_whatever_came_before(start: int, steps:
         alone = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{rest:03d}Z"
         assert clock._text == alone
         assert clock._bytes == alone.encode("ascii")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    start=st.floats(0, 1e7, allow_nan=False),
+    elapsed=st.one_of(
+        st.floats(-10.0, 1e6, allow_nan=False),
+        # Exactly half a millisecond and its neighbours: where rounding half to even shows.
+        st.integers(-3, 10**6).map(lambda n: (n + 0.5) / 1000),
+        st.integers(0, 10**6).map(lambda n: n / 1000),
+    ),
+)
+def test_a_duration_is_whole_milliseconds_rounded_as_round_does(
+    start: float, elapsed: float
+) -> None:
+    end = start + elapsed
+    assert ms_between(start, end) == max(0, round((end - start) * 1000))
+
+
+def test_half_milliseconds_round_to_even() -> None:
+    assert [ms_between(0.0, ms / 1000) for ms in (0.5, 1.5, 2.5, 3.5)] == [0, 2, 2, 4]
+    assert ms_between(0.0, 0.0016) == 2
+    assert ms_between(5.0, 4.0) == 0  # a clock stepped back

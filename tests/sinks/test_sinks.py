@@ -265,6 +265,33 @@ def test_one_drain_from_the_loop_writes_a_whole_burst_in_order(
     assert [e["metadata"]["message_scrubbed"] for e in envs] == [str(i) for i in range(1_050)]
 
 
+def test_on_a_loop_each_burst_goes_to_the_stdout_of_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lane keeps the descriptor it was given for one ``sys.stdout`` object (sinks/lane.py):
+    # a stdout replaced between bursts, and put back, gets each burst that was written to it.
+    import asyncio
+
+    first = open(tmp_path / "first", "w", buffering=1)  # noqa: SIM115 - closed below
+    second = open(tmp_path / "second", "w", buffering=1)  # noqa: SIM115 - closed below
+    sink = StdoutSink()
+    em = Emitter(Settings(enabled=True), sinks=[sink])
+
+    async def bursts() -> None:
+        for n, stdout in enumerate([first, second, first, second]):
+            monkeypatch.setattr(sys, "stdout", stdout)
+            em.emit("backend.error.caught", metadata={"message_scrubbed": str(n)})
+            await asyncio.sleep(sink.LINGER * 5)  # the burst's drain, from the loop
+            assert not sink._queue
+
+    asyncio.run(bursts())
+    first.close()
+    second.close()
+    for name, wanted in (("first", ["0", "2"]), ("second", ["1", "3"])):
+        envs = lines_of((tmp_path / name).read_text())
+        assert [e["metadata"]["message_scrubbed"] for e in envs] == wanted, name
+
+
 def test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

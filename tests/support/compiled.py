@@ -27,12 +27,15 @@ REQUEST_PATH = (
     "cvdiag.asgi.sse",
     "cvdiag.asgi.sse_edges",
     "cvdiag.asgi.sse_parser",
+    "cvdiag.asgi.tracing",
     "cvdiag.asgi.websocket_exchange",
     "cvdiag.core.context",
+    "cvdiag.pipeline.budget",
     "cvdiag.pipeline.envelope",
     "cvdiag.pipeline.template",
     "cvdiag.pipeline.template_values",
     "cvdiag.schema.ids",
+    "cvdiag.sinks.lane",
 )
 EXPECTED = os.environ.get("CVDIAG_EXPECT_COMPILED") == "1"
 
