@@ -59,12 +59,11 @@ class QueuedLineSink(LoopDrain, BaseSink):
     LINGER = 0.01
 
     def __init__(self, *, queue_size: int = 5000) -> None:
-        self.queue_size = queue_size
+        #: The queue and the loop's drain, compiled with the request path (sinks/lane.py).
+        self._lane = Lane(self, queue_size)
         #: The lines given up on, by reason (cvdiag/sinks/losses.py).
         self.losses = Losses()
         self.written = 0
-        #: The queue and the loop's drain, compiled with the request path (sinks/lane.py).
-        self._lane = Lane(self, queue_size)
         self._queue = self._lane.lines
         if type(self).write_line is QueuedLineSink.write_line:
             # The lane's own ``put``: a line costs its caller no Python frame of the sink's.
@@ -106,6 +105,15 @@ class QueuedLineSink(LoopDrain, BaseSink):
         path, which builds no envelope dict, calls this directly). Never blocks; when the queue
         is full the oldest line is dropped and counted (``Lane.put``)."""
         self._lane.put(line)
+
+    @property
+    def queue_size(self) -> int:
+        """Lines the queue holds at most (the lane's bound)."""
+        return self._lane.size
+
+    @queue_size.setter
+    def queue_size(self, size: int) -> None:
+        self._lane.size = size
 
     @property
     def _rest(self) -> bytes:
