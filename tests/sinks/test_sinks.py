@@ -292,6 +292,20 @@ def test_on_a_loop_each_burst_goes_to_the_stdout_of_its_time(
         assert [e["metadata"]["message_scrubbed"] for e in envs] == wanted, name
 
 
+def _stdout_on_a_full_pipe(monkeypatch: pytest.MonkeyPatch) -> tuple[int, io.TextIOWrapper]:
+    """``sys.stdout`` on a pipe filled with ``x`` bytes: nothing of ours fits until it is read.
+    The pipe's read end, and the stream (the caller closes both)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_fd, b"x" * 4096)
+    os.set_blocking(write_fd, True)
+    stream = open(write_fd, "w", buffering=1)  # noqa: SIM115 - the caller closes it
+    monkeypatch.setattr(sys, "stdout", stream)
+    return read_fd, stream
+
+
 def test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -302,14 +316,7 @@ def test_a_tail_lost_at_shutdown_is_said_in_the_log_within_the_bound(
     from cvdiag.sinks.exit_flush import flush_all
     from tests.support.requests import in_request
 
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    with contextlib.suppress(BlockingIOError):  # full: nothing of ours fits until it is read
-        while True:
-            os.write(write_fd, b"x" * 4096)
-    os.set_blocking(write_fd, True)
-    stream = open(write_fd, "w", buffering=1)  # noqa: SIM115 - closed below
-    monkeypatch.setattr(sys, "stdout", stream)
+    read_fd, stream = _stdout_on_a_full_pipe(monkeypatch)
     sink = StdoutSink()
     em = Emitter(Settings(enabled=True), sinks=[sink])
     for test_id in ("t-cut-1", "t-cut-2"):
@@ -363,14 +370,7 @@ def test_a_report_the_bound_cut_in_part_owes_only_its_unwritten_lines(
     (four gunicorn workers behind a slow reader)."""
     from tests.support.requests import in_request
 
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    with contextlib.suppress(BlockingIOError):  # full: nothing of ours fits until it is read
-        while True:
-            os.write(write_fd, b"x" * 4096)
-    os.set_blocking(write_fd, True)
-    stream = open(write_fd, "w", buffering=1)  # noqa: SIM115 - closed below
-    monkeypatch.setattr(sys, "stdout", stream)
+    read_fd, stream = _stdout_on_a_full_pipe(monkeypatch)
     sink = StdoutSink()
     em = Emitter(Settings(enabled=True), sinks=[sink])
     ids = [f"t-cut-{n:02d}" for n in range(12)]
